@@ -1,0 +1,54 @@
+"""lrbandit-gym: matrix-context bandits with low-rank truth, and valid online inference.
+
+Importing the package registers ``MatrixContextBandit-v0`` (idempotently) with Gymnasium:
+
+>>> import gymnasium as gym, lrbandit_gym
+>>> env = gym.make("MatrixContextBandit-v0", d1=20, d2=20)
+
+``gym.make("lrbandit_gym:MatrixContextBandit-v0")`` imports the package first, which is the
+form to use in subprocess workers; ``gym.register_envs(lrbandit_gym)`` keeps linters from
+removing the import.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from lrbandit_gym.decision import Decision, split_decision
+from lrbandit_gym.env import MatrixContextBanditEnv
+from lrbandit_gym.problem import BanditProblem
+from lrbandit_gym.sampling import CONTEXTS, NOISES
+from lrbandit_gym.truth import draw_low_rank_truth, optimal_value
+from lrbandit_gym.vector_env import MatrixContextBanditVectorEnv
+
+__version__ = "0.1.0"
+ENV_ID = "MatrixContextBandit-v0"
+
+__all__ = [
+    "CONTEXTS",
+    "ENV_ID",
+    "NOISES",
+    "BanditProblem",
+    "Decision",
+    "MatrixContextBanditEnv",
+    "MatrixContextBanditVectorEnv",
+    "draw_low_rank_truth",
+    "optimal_value",
+    "register",
+    "split_decision",
+]
+
+
+def register() -> None:
+    """Register ``MatrixContextBandit-v0`` once; calling it again does nothing."""
+    if ENV_ID in gym.registry:
+        return
+    gym.register(
+        id=ENV_ID,
+        entry_point="lrbandit_gym.env:MatrixContextBanditEnv",
+        vector_entry_point="lrbandit_gym.vector_env:MatrixContextBanditVectorEnv",
+        max_episode_steps=1000,
+    )
+
+
+register()

@@ -1,0 +1,42 @@
+"""The action an agent takes together with the exact propensities it used.
+
+Valid inference on adaptively collected data needs ``pi_t(a) = P(a_t = a | F_{t-1}, X_t)``
+for every round (ALGORITHMS.md §2).  Agents therefore return a :class:`Decision` rather than a
+bare integer, and ``env.step(decision)`` accepts it: the base environment only reads
+``decision.action``, inference wrappers read the propensities too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["Decision", "split_decision"]
+
+
+class Decision(NamedTuple):
+    """An action with the probability mass function it was drawn from.
+
+    Attributes
+    ----------
+    action : int or ndarray of shape (B,)
+        The chosen arm (batched under a vector environment).
+    propensities : ndarray of shape (K,) or (B, K)
+        ``pi_t(a)`` for every arm ``a``; sums to 1 and is positive at ``action``.
+    """
+
+    action: Any
+    propensities: np.ndarray
+
+
+def split_decision(action: Any) -> tuple[Any, np.ndarray | None]:
+    """Return ``(action, propensities)`` from a :class:`Decision` or ``(action, None)``.
+
+    Duck-typed on the two attribute names so that any object carrying them works.
+    """
+    if isinstance(action, Decision) or (
+        hasattr(action, "action") and hasattr(action, "propensities")
+    ):
+        return action.action, np.asarray(action.propensities)
+    return action, None

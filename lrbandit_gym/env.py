@@ -1,0 +1,199 @@
+"""``MatrixContextBandit-v0``: a K-armed bandit whose contexts are matrices."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from lrbandit_gym.decision import split_decision
+from lrbandit_gym.problem import BanditProblem
+from lrbandit_gym.sampling import draw_contexts, draw_noise
+
+__all__ = ["MatrixContextBanditEnv", "check_action"]
+
+
+def check_action(action, n_actions: int) -> int:
+    """Return ``action`` as an ``int`` in ``[0, n_actions)`` or raise ``ValueError``."""
+    if isinstance(action, np.ndarray) and action.shape == ():
+        action = action.item()
+    if isinstance(action, bool) or not isinstance(action, numbers.Integral):
+        raise ValueError(f"action must be an integer in [0, {n_actions}); got {action!r}")
+    if not 0 <= action < n_actions:
+        raise ValueError(f"action must be in [0, {n_actions}); got {action!r}")
+    return int(action)
+
+
+class MatrixContextBanditEnv(gym.Env):
+    """A contextual bandit with matrix contexts and low-rank arm parameters.
+
+    ## Description
+    Each round a context ``X_t ∈ R^{d1×d2}`` is observed, the agent pulls arm ``a_t`` and
+    receives ``y_t = <M_{a_t}, X_t> + σ_{a_t} ξ_t`` with ``<A, B> = tr(AᵀB)`` and every
+    ``M_a`` of rank ``rank`` (ALGORITHMS.md §1; the paper's Section 2).  The truth is drawn
+    once from ``truth_seed`` (or given as ``params``) and never changes on ``reset``: reseeding
+    changes contexts and noise only, so many trials can share one truth.
+
+    ## Action Space
+    ``Discrete(n_actions)``.  ``step`` also accepts a :class:`lrbandit_gym.Decision` (an action
+    with its propensities, as returned by the agents); the environment reads its ``action``.
+
+    ## Observation Space
+    The context of the next round: ``Box(-inf, inf, (d1, d2))`` for Gaussian contexts
+    (i.i.d. N(0, 1) entries), ``Box(0, 1, (d1, d2))`` for completion contexts (one-hot
+    ``e_j e_kᵀ`` with ``(j, k)`` uniform).  ``flatten=True`` gives shape ``(d1·d2,)``, the
+    form stable-baselines3's MLP policies take.  The truth is never in the observation.
+
+    ## Rewards
+    ``y_t``.  ``info`` after every step (fixed keys and shapes, oracle values for the context
+    just acted on): ``"expected_rewards"`` ``(K,)``, ``"optimal_action"`` ``int``,
+    ``"regret"`` ``float`` (expected regret of the chosen arm).  ``reset`` returns ``{}``.
+
+    ## Episode End
+    Never terminates; truncation comes from ``max_episode_steps`` (registered default 1000).
+
+    ## Arguments
+    ============== =========================== ===========================================
+    argument       default                     meaning
+    ============== =========================== ===========================================
+    d1, d2         50, 50                      context shape
+    rank           3                           rank r of every ``M_a``
+    n_actions      2                           number of arms K ≥ 2
+    context        "gaussian"                  "gaussian" or "completion"
+    noise_std      0.1                         σ, scalar or one per arm
+    singular_values 1.0                        scalar, (r,) or (K, r)
+    params         None                        a user-supplied ``(K, d1, d2)`` truth
+    truth_seed     0                           seed of the truth (independent of reset)
+    noise          "gaussian"                  "gaussian", "uniform", "rademacher",
+                                               "laplace" or "student_t" (3 d.o.f.),
+                                               all scaled to standard deviation σ
+    flatten        False                       flat ``(d1·d2,)`` observations
+    dtype          float64                     observation dtype (float32 or float64)
+    ============== =========================== ===========================================
+
+    ## Ground truth (on ``env.unwrapped``)
+    ``true_params`` ``(K, d1, d2)``, ``optimal_value`` (exact ``V*``), ``linear_form(T)``
+    ``(K,)``, ``context_scale`` (``c`` of Appendix C).
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(
+        self,
+        d1: int = 50,
+        d2: int = 50,
+        rank: int = 3,
+        n_actions: int = 2,
+        context: str = "gaussian",
+        noise_std=0.1,
+        singular_values=1.0,
+        params=None,
+        truth_seed=0,
+        noise: str = "gaussian",
+        flatten: bool = False,
+        dtype=np.float64,
+        render_mode: str | None = None,
+    ):
+        self.problem = BanditProblem(
+            d1,
+            d2,
+            rank,
+            n_actions,
+            context,
+            noise_std,
+            singular_values,
+            params,
+            truth_seed,
+            noise,
+            dtype,
+        )
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be None or one of {self.metadata['render_modes']}; "
+                f"got {render_mode!r}"
+            )
+        self.render_mode = render_mode
+        self.flatten = bool(flatten)
+        p = self.problem
+        shape = (p.d1 * p.d2,) if self.flatten else (p.d1, p.d2)
+        if p.context == "gaussian":
+            self.observation_space = spaces.Box(-np.inf, np.inf, shape, dtype=p.dtype)
+        else:
+            self.observation_space = spaces.Box(0.0, 1.0, shape, dtype=p.dtype)
+        self.action_space = spaces.Discrete(p.n_actions)
+        self._context: np.ndarray | None = None
+        self._expected: np.ndarray | None = None
+        self._last: tuple[int, float] | None = None
+
+    # -- ground truth -------------------------------------------------------------------
+    d1 = property(lambda self: self.problem.d1)
+    d2 = property(lambda self: self.problem.d2)
+    rank = property(lambda self: self.problem.rank)
+    n_actions = property(lambda self: self.problem.n_actions)
+    context = property(lambda self: self.problem.context)
+    noise_std = property(lambda self: self.problem.noise_std)
+    context_scale = property(lambda self: self.problem.context_scale)
+
+    @property
+    def true_params(self) -> np.ndarray:
+        """The truth ``M_a``, shape ``(K, d1, d2)`` (read-only)."""
+        return self.problem.params
+
+    @property
+    def optimal_value(self) -> float:
+        """Exact ``V* = E[max_a <M_a, X>]``."""
+        return self.problem.optimal_value
+
+    def linear_form(self, target) -> np.ndarray:
+        """``<M_a, T>`` for every arm, shape ``(K,)``."""
+        return self.problem.linear_form(target)
+
+    # -- dynamics -----------------------------------------------------------------------
+    def _draw(self) -> np.ndarray:
+        p = self.problem
+        x, flat_index = draw_contexts(self.np_random, 1, p.d1, p.d2, p.context, p.dtype)
+        x = x[0]
+        # Oracle rewards are computed at draw time, so an agent that edits the observation
+        # in place cannot change the reward it will receive.
+        if flat_index is None:
+            self._expected = p.flat_params @ x.ravel()
+        else:
+            self._expected = p.flat_params[:, flat_index[0]].copy()
+        self._context = x
+        return x.reshape(-1) if self.flatten else x
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._last = None
+        return self._draw(), {}
+
+    def step(self, action):
+        if self._context is None:
+            raise RuntimeError("Call reset() before step().")
+        arm, _ = split_decision(action)
+        arm = check_action(arm, self.problem.n_actions)
+        expected = self._expected
+        noise = self.problem.noise_std[arm] * draw_noise(self.np_random, self.problem.noise, None)
+        reward = float(expected[arm] + noise)
+        best = int(np.argmax(expected))
+        info = {
+            "expected_rewards": expected,
+            "optimal_action": best,
+            "regret": float(expected[best] - expected[arm]),
+        }
+        self._last = (arm, reward)
+        return self._draw(), reward, False, False, info
+
+    def render(self):
+        if self.render_mode != "ansi":
+            return None
+        if self._last is None:
+            return "MatrixContextBandit: no step yet"
+        arm, reward = self._last
+        return f"MatrixContextBandit: last arm {arm}, reward {reward:+.4f}"

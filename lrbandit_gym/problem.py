@@ -1,0 +1,114 @@
+"""A validated matrix-context bandit instance: sizes, laws and the low-rank truth.
+
+The single environment and its vector twin both hold one :class:`BanditProblem`, so
+argument checking and the oracle quantities exist once.
+"""
+
+from __future__ import annotations
+
+import numbers
+from functools import cached_property
+
+import numpy as np
+
+from lrbandit_gym.sampling import CONTEXTS, NOISES
+from lrbandit_gym.truth import draw_low_rank_truth, optimal_value, validate_params
+
+__all__ = ["BanditProblem"]
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}")
+    return int(value)
+
+
+class BanditProblem:
+    """Sizes, context and noise laws, and the truth ``M_a`` of ALGORITHMS.md §1.
+
+    Parameters are those of :class:`lrbandit_gym.MatrixContextBanditEnv`; every invalid one
+    raises ``ValueError`` naming the argument and its value.
+    """
+
+    def __init__(
+        self,
+        d1: int = 50,
+        d2: int = 50,
+        rank: int = 3,
+        n_actions: int = 2,
+        context: str = "gaussian",
+        noise_std=0.1,
+        singular_values=1.0,
+        params=None,
+        truth_seed=0,
+        noise: str = "gaussian",
+        dtype=np.float64,
+    ):
+        self.d1 = _positive_int("d1", d1)
+        self.d2 = _positive_int("d2", d2)
+        self.rank = _positive_int("rank", rank)
+        if self.rank > min(self.d1, self.d2):
+            raise ValueError(
+                f"rank must be at most min(d1, d2) = {min(self.d1, self.d2)}; got {rank!r}"
+            )
+        self.n_actions = _positive_int("n_actions", n_actions)
+        if self.n_actions < 2:
+            raise ValueError(f"n_actions must be at least 2; got {n_actions!r}")
+        if context not in CONTEXTS:
+            raise ValueError(f"context must be one of {CONTEXTS}; got {context!r}")
+        self.context = context
+        if noise not in NOISES:
+            raise ValueError(f"noise must be one of {NOISES}; got {noise!r}")
+        self.noise = noise
+        std = np.asarray(noise_std, dtype=float)
+        if std.ndim == 0:
+            std = np.full(self.n_actions, float(std))
+        if std.shape != (self.n_actions,):
+            raise ValueError(
+                f"noise_std must be a scalar or one value per action ({self.n_actions}); "
+                f"got {noise_std!r}"
+            )
+        if not np.all(np.isfinite(std)) or np.any(std < 0):
+            raise ValueError(f"noise_std must be finite and non-negative; got {noise_std!r}")
+        self.noise_std = std
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise ValueError(f"dtype must be float32 or float64; got {dtype!r}")
+        if params is None:
+            self.params = draw_low_rank_truth(
+                self.d1, self.d2, self.rank, self.n_actions, singular_values, truth_seed
+            )
+        else:
+            if not (np.ndim(singular_values) == 0 and float(singular_values) == 1.0):
+                raise ValueError(
+                    "singular_values cannot be combined with params (the truth is given); "
+                    f"got singular_values={singular_values!r}"
+                )
+            self.params = validate_params(params, self.n_actions, self.d1, self.d2, self.rank)
+        self.params.setflags(write=False)
+        self.truth_seed = truth_seed
+        #: (K, d1·d2) view used for every oracle reward: one matrix-vector product.
+        self.flat_params = self.params.reshape(self.n_actions, -1)
+        #: ``c`` of Appendix C: ``E[<A, X> X] = A / c``.
+        self.context_scale = float(self.d1 * self.d2) if context == "completion" else 1.0
+
+    @cached_property
+    def optimal_value(self) -> float:
+        """``V* = E[max_a <M_a, X>]``, exact (ALGORITHMS.md §1)."""
+        return float(optimal_value(self.params, self.context))
+
+    def linear_form(self, target) -> np.ndarray:
+        """``<M_a, T>`` for every arm, shape ``(K,)``."""
+        t = np.asarray(target, dtype=float)
+        if t.shape != (self.d1, self.d2):
+            raise ValueError(f"target must have shape ({self.d1}, {self.d2}); got {t.shape}")
+        if not np.all(np.isfinite(t)):
+            raise ValueError("target must be finite; got NaN or inf entries")
+        return self.flat_params @ t.ravel()
+
+    def expected_rewards(self, contexts: np.ndarray, flat_index: np.ndarray | None) -> np.ndarray:
+        """``<M_a, X_b>`` for a batch of contexts, shape ``(B, K)``."""
+        if flat_index is not None:
+            return self.flat_params[:, flat_index].T.copy()
+        flat = contexts.reshape(contexts.shape[0], -1)
+        return flat @ self.flat_params.T

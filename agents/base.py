@@ -1,0 +1,176 @@
+"""What every policy shares: reading the problem from an environment, exact propensities,
+drawing actions from them, and its own random generator.
+
+A policy follows the protocol ``act(obs) -> Decision``, ``update(obs, decision, reward)``,
+``action_probs(obs)`` (the full pmf, without drawing) and ``estimates``.  Under a vector
+environment every array gains a leading axis of length ``n_trials``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from agents._validation import check_actions, check_context, check_rewards
+from lrbandit_gym.decision import Decision, split_decision
+
+__all__ = ["Decision", "Policy", "PolicyBase", "ProblemShape", "problem_shape", "sample_actions"]
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that can act and learn, in the style of stable-baselines3's protocols."""
+
+    def act(self, obs: np.ndarray) -> Decision: ...
+
+    def update(self, obs: np.ndarray, decision: Decision, reward: Any) -> None: ...
+
+    def action_probs(self, obs: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class ProblemShape:
+    """Sizes a policy needs: ``d1, d2, n_actions, context`` and ``n_trials`` (None = single)."""
+
+    d1: int
+    d2: int
+    n_actions: int
+    context: str
+    n_trials: int | None
+
+
+def problem_shape(
+    env=None,
+    *,
+    d1: int | None = None,
+    d2: int | None = None,
+    n_actions: int | None = None,
+    context: str | None = None,
+    n_trials: int | None = None,
+) -> ProblemShape:
+    """Read the sizes from ``env`` (single or vector, wrapped or not) or take them explicitly.
+
+    Explicit values must agree with the environment's when both are given.
+    """
+    if env is not None:
+        base = getattr(env, "unwrapped", env)
+        found = {}
+        for name in ("d1", "d2", "n_actions", "context"):
+            if not hasattr(base, name):
+                raise ValueError(
+                    f"env must be a MatrixContextBandit environment exposing {name!r}; "
+                    f"got {type(base).__name__}"
+                )
+            found[name] = getattr(base, name)
+        found["n_trials"] = getattr(env, "num_envs", None) if hasattr(base, "num_envs") else None
+        given = {"d1": d1, "d2": d2, "n_actions": n_actions, "context": context,
+                 "n_trials": n_trials}
+        for name, value in given.items():
+            if value is not None and value != found[name]:
+                raise ValueError(f"{name}={value!r} disagrees with the environment's {found[name]!r}")
+        return ProblemShape(**found)
+    missing = [n for n, v in (("d1", d1), ("d2", d2)) if v is None]
+    if missing:
+        raise ValueError(f"without an env, pass the sizes explicitly; missing {missing}")
+    return ProblemShape(
+        int(d1), int(d2), 2 if n_actions is None else int(n_actions),
+        "gaussian" if context is None else context, n_trials,
+    )
+
+
+def sample_actions(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:
+    """Draw one arm per row of ``probs`` (shape ``(B, K)``) by inversion; never a zero-mass arm."""
+    cdf = np.cumsum(probs, axis=-1)
+    cdf[..., -1] = 1.0
+    u = rng.random(probs.shape[:-1])
+    return np.argmax(cdf > u[..., None], axis=-1)
+
+
+class PolicyBase(ABC):
+    """Shared plumbing: problem sizes, a private generator, batching and validation.
+
+    Subclasses implement :meth:`_probs` on a batched context ``(B, d1, d2)`` and may override
+    :meth:`_learn`.
+    """
+
+    def __init__(self, env=None, *, seed=None, d1=None, d2=None, n_actions=None,
+                 context=None, n_trials=None):
+        self.shape = problem_shape(env, d1=d1, d2=d2, n_actions=n_actions, context=context,
+                                   n_trials=n_trials)
+        self.d1, self.d2 = self.shape.d1, self.shape.d2
+        self.n_actions = self.shape.n_actions
+        self.context = self.shape.context
+        self.n_trials = self.shape.n_trials
+        self.seed_sequence = (
+            seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+        )
+        self.rng = np.random.default_rng(self.seed_sequence)
+        self.t = 0  # rounds learned from
+
+    @property
+    def batched(self) -> bool:
+        return self.n_trials is not None
+
+    def _batch(self, obs) -> np.ndarray:
+        """Validate an observation and return it as ``(B, d1, d2)`` (flat obs accepted)."""
+        x = np.asarray(obs)
+        b = self.n_trials
+        flat = (self.d1 * self.d2,) if b is None else (b, self.d1 * self.d2)
+        if x.shape == flat:
+            x = x.reshape((self.d1, self.d2) if b is None else (b, self.d1, self.d2))
+        x = check_context(x, self.d1, self.d2, b)
+        return x[None] if b is None else x
+
+    def _out(self, arr: np.ndarray):
+        return arr if self.batched else arr[0]
+
+    @abstractmethod
+    def _probs(self, x: np.ndarray) -> np.ndarray:
+        """The pmf over arms for batched contexts ``(B, d1, d2)``, shape ``(B, K)``."""
+
+    def action_probs(self, obs) -> np.ndarray:
+        """``π_t(a)`` for every arm at this context, without drawing (ALGORITHMS.md §2)."""
+        return self._out(self._probs(self._batch(obs)))
+
+    def act(self, obs) -> Decision:
+        """Draw an action from :meth:`action_probs` and return it with the full pmf."""
+        probs = self._probs(self._batch(obs))
+        actions = sample_actions(self.rng, probs)
+        if self.batched:
+            return Decision(actions, probs)
+        return Decision(int(actions[0]), probs[0])
+
+    def _validated_step(self, obs, decision, reward):
+        """Return batched ``(x, actions, rewards, propensities or None)`` after validation."""
+        action, props = split_decision(decision)
+        x = self._batch(obs)
+        b = self.n_trials
+        actions = check_actions(action, self.n_actions, b)
+        rewards = check_rewards(reward, b)
+        actions = np.atleast_1d(actions)
+        rewards = np.atleast_1d(np.asarray(rewards, dtype=float))
+        if props is not None:
+            props = np.asarray(props, dtype=float)
+            props = props[None] if b is None else props
+        return x, actions, rewards, props
+
+    def update(self, obs, decision, reward) -> None:
+        """Learn from one round: the context acted on, the decision taken and its reward."""
+        x, actions, rewards, props = self._validated_step(obs, decision, reward)
+        self._learn(x, actions, rewards, props)
+        self.t += 1
+
+    def _learn(self, x, actions, rewards, props) -> None:  # noqa: B027  (optional hook)
+        """Absorb a validated batched round; stateless policies keep the default."""
+
+    # -- save and resume ------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data that :meth:`load_state_dict` restores (the generator state included)."""
+        return {"t": self.t, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.t = int(state["t"])
+        self.rng.bit_generator.state = state["rng"]

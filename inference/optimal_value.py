@@ -1,0 +1,387 @@
+"""Online inference on the optimal policy value ``V* = E[max_a <M_a, X>]`` (Section 4).
+
+:class:`OptimalValueInference` implements the doubly robust estimator ``V_hat_n`` and the
+variance estimator ``S_hat_V^2`` of Section 4 (Algorithm 3b in ALGORITHMS.md §5), and the
+variant with estimated exploration probabilities of Appendix A (eq. A.4).  Only the
+predictions ``<M_hat_{a,t-1}, X_t>`` of every arm enter, so a round costs ``O(K)`` per
+trial; no ``d1 x d2`` work and no SVD.
+
+Timing of the running noise estimate
+------------------------------------
+``S_hat_V^2`` uses ``sigma_hat^2_{a_hat_t, t}`` at every round.  The paper defines
+``sigma_hat^2_{i,t} = (1/t) sum_{s <= t} 1{a_s = i}/pi_s(i) (y_s - <M_hat_{i,s-1}, X_s>)^2``
+(Section 4, and the ratio form of eq. A.4 likewise sums ``s = 1..t``): the sum *includes*
+round ``t``.  This module follows that definition literally: round ``t``'s residual is added
+first, then ``sigma_hat^2_{a_hat_t, t}`` is read.  Either choice is consistent (the term
+differs by ``O(1/t)``); including round ``t`` also avoids a ``0/0`` in the
+estimated-propensity mode when ``a_hat_t``'s first pull is round ``t`` itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from inference._validation import (
+    check_actions,
+    check_batch_vector,
+    check_choice,
+    check_confidence_level,
+    check_matrix_stack,
+    check_n_trials,
+    check_positive_int,
+    check_propensities,
+)
+from inference.results import (
+    IntervalEstimate,
+    normal_interval,
+    trials_phrase,
+    warn_insufficient,
+)
+
+__all__ = ["OptimalValueInference"]
+
+_MODES = ("known", "estimated")
+_SUMS = ("sum_q", "sum_q2", "sum_corr", "sum_sv", "sigma_num", "pulls")
+
+
+class OptimalValueInference:
+    """Online confidence interval and one-sided test for the optimal value ``V*``.
+
+    Per round (ALGORITHMS.md §5), with ``q_t = <M_hat_{a_hat_t, t-1}, X_t>``,
+    ``a_hat_t = argmax_a <M_hat_{a,t-1}, X_t>`` and ``1 - e_t = pi_t(a_hat_t)``:
+
+    * ``V_hat_n = (1/n) sum_t [q_t + 1{a_t = a_hat_t}/(1 - e_t) (y_t - q_t)]``;
+    * ``S_hat_V^2 = (1/n) sum_t sigma_hat^2_{a_hat_t, t}/(1 - e_t)
+      + (1/n) sum_t q_t^2 - ((1/n) sum_t q_t)^2``;
+    * interval ``V_hat_n +- z S_hat_V / sqrt(n)``.
+
+    Parameters
+    ----------
+    n_actions : int
+        Number of arms ``K >= 2``.
+    n_trials : int or None, default None
+        None: one bandit, scalar results.  ``B``: ``B`` bandits in lock step; every
+        per-round argument gains a leading axis of length ``B``.
+    propensities : {"known", "estimated"}, default "known"
+        "known": ``propensities`` are the exact ``pi_t`` and
+        ``sigma_hat^2_{i,t} = (1/t) sum_{s<=t} 1{a_s=i}/pi_s(i) res_s^2`` (Section 4).
+        "estimated" (Appendix A): ``propensities`` are an estimated pmf (e.g. the fraction
+        of an ensemble's models whose greedy arm is each arm), only used at ``a_hat_t``
+        (``1 - e_hat_t``), and ``sigma_hat^2_{i,t}`` is the plain mean of the squared
+        residuals of arm ``i``'s pulls up to ``t`` (eq. A.4; 0 before its first pull).
+
+    Notes
+    -----
+    Ties in ``argmax`` go to the lowest arm index, as the paper's
+    ``a_hat = 1{<M_hat_1 - M_hat_0, X> > 0}`` does for two arms.  Exploration may decay
+    (``beta > 0`` with ``alpha - beta > 1/2``, Theorem 4.1); ``pi_t(a_hat_t) > 0`` is
+    required every round.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> vi = OptimalValueInference(2)
+    >>> rng = np.random.default_rng(0)
+    >>> for t in range(50):
+    ...     pred = rng.normal(size=2)
+    ...     vi.update(pred, action=int(np.argmax(pred)), reward=pred.max() + 0.1,
+    ...               propensities=np.where(pred == pred.max(), 0.95, 0.05))
+    >>> low, high = vi.interval()
+    """
+
+    def __init__(
+        self, n_actions: int, *, n_trials: int | None = None, propensities: str = "known"
+    ) -> None:
+        self.n_actions = check_positive_int(n_actions, "n_actions", minimum=2)
+        self.n_trials = check_n_trials(n_trials)
+        self.propensities = check_choice(propensities, "propensities", _MODES)
+        self._reset()
+
+    def _reset(self) -> None:
+        B, K = self._B, self.n_actions
+        self._n = 0
+        self._sum_q = np.zeros(B)  # sum_t q_t
+        self._sum_q2 = np.zeros(B)  # sum_t q_t^2
+        self._sum_corr = np.zeros(B)  # sum_t 1{a_t = a_hat_t}/(1 - e_t) (y_t - q_t)
+        self._sum_sv = np.zeros(B)  # sum_t sigma_hat^2_{a_hat_t, t}/(1 - e_t)
+        self._sigma_num = np.zeros((B, K))  # numerator of sigma_hat^2_{i,t}
+        self._pulls = np.zeros((B, K), dtype=np.int64)
+
+    @property
+    def _B(self) -> int:
+        return 1 if self.n_trials is None else self.n_trials
+
+    @property
+    def batched(self) -> bool:
+        """Whether results carry a leading trial axis."""
+        return self.n_trials is not None
+
+    def _out(self, arr: np.ndarray) -> Any:
+        if self.batched:
+            return arr
+        return arr[0].item() if arr.ndim == 1 else arr[0]
+
+    # ------------------------------------------------------------------ one round
+    def update(self, predictions: Any, action: Any, reward: Any, propensities: Any) -> None:
+        """Absorb round ``t``.
+
+        Parameters
+        ----------
+        predictions : array_like of shape (K,) or (B, K)
+            ``<M_hat_{a,t-1}, X_t>`` for every arm, from the estimates *before* round
+            ``t``'s update.
+        action : int or array_like of int of shape (B,)
+            Pulled arm ``a_t``.
+        reward : float or array_like of shape (B,)
+            Observed ``y_t``.
+        propensities : array_like of shape (K,) or (B, K)
+            ``pi_t(a)`` (known mode; positive at ``a_t``) or its estimate (estimated mode).
+            Must be positive at ``a_hat_t = argmax(predictions)``.
+
+        Raises
+        ------
+        ValueError
+            On any malformed input; the object is then unchanged.
+        """
+        K, B = self.n_actions, self._B
+        pred = check_matrix_stack(predictions, (K,), self.n_trials, "predictions")
+        a = check_actions(action, K, self.n_trials)
+        y = check_batch_vector(reward, self.n_trials, "reward")
+        known = self.propensities == "known"
+        p = check_propensities(propensities, a, K, self.n_trials, require_chosen_positive=known)
+        trials = np.arange(B)
+        a_hat = np.argmax(pred, axis=1)
+        p_hat = p[trials, a_hat]  # 1 - e_t
+        if not (p_hat > 0).all():
+            i = int(np.argmax(~(p_hat > 0)))
+            where = f" (trial {i})" if self.batched else ""
+            raise ValueError(
+                f"propensities[a_hat] must be > 0 for the estimated optimal arm "
+                f"a_hat = argmax(predictions) = {int(a_hat[i])}, got "
+                f"propensities[{int(a_hat[i])}] = {p_hat[i]!r}{where}: the value estimator "
+                f"weights by 1/(1 - e_t) = 1/pi_t(a_hat_t)"
+            )
+        # All inputs valid: update the running sums.
+        q = pred[trials, a_hat]
+        res = y - pred[trials, a]
+        if known:
+            self._sigma_num[trials, a] += res * res / p[trials, a]
+            self._pulls[trials, a] += 1
+            sigma2_t = self._sigma_num[trials, a_hat] / (self._n + 1)
+        else:
+            self._sigma_num[trials, a] += res * res
+            self._pulls[trials, a] += 1
+            pulls = self._pulls[trials, a_hat]
+            sigma2_t = np.where(
+                pulls > 0, self._sigma_num[trials, a_hat] / np.maximum(pulls, 1), 0.0
+            )
+        self._sum_q += q
+        self._sum_q2 += q * q
+        self._sum_corr += np.where(a == a_hat, res / p_hat, 0.0)
+        self._sum_sv += sigma2_t / p_hat
+        self._n += 1
+
+    # ------------------------------------------------------------------ read-out
+    @property
+    def n_obs(self) -> int:
+        """Rounds absorbed so far (``n``)."""
+        return self._n
+
+    @property
+    def n_pulls(self) -> Any:
+        """Pulls of each arm, shape ``(K,)`` or ``(B, K)``."""
+        return self._pulls.copy() if self.batched else self._pulls[0].copy()
+
+    @property
+    def estimate(self) -> Any:
+        """``V_hat_n`` (NaN before the first round)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self._out(
+                (self._sum_q + self._sum_corr) / self._n if self._n else np.full(self._B, np.nan)
+            )
+
+    def _S2_V(self) -> np.ndarray:
+        n = self._n
+        mean_q = self._sum_q / n
+        context_var = np.maximum(self._sum_q2 / n - mean_q * mean_q, 0.0)
+        return self._sum_sv / n + context_var
+
+    @property
+    def S2_V(self) -> Any:
+        """``S_hat_V^2`` (NaN before the first round)."""
+        return self._out(self._S2_V() if self._n else np.full(self._B, np.nan))
+
+    @property
+    def sigma2(self) -> Any:
+        """Current ``sigma_hat^2_{i,n}`` per arm, shape ``(K,)`` or ``(B, K)``.
+
+        Known mode: ``(1/n) sum_t 1{a_t=i}/pi_t(i) res_t^2``; estimated mode: the mean
+        squared residual of arm ``i``'s pulls (NaN for an arm never pulled).
+        """
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if self.propensities == "known":
+                out = self._sigma_num / self._n if self._n else self._sigma_num * np.nan
+            else:
+                out = np.where(
+                    self._pulls > 0, self._sigma_num / np.maximum(self._pulls, 1), np.nan
+                )
+        return out if self.batched else out[0]
+
+    def _value_and_se(self, what: str) -> tuple[np.ndarray, np.ndarray] | None:
+        n = self._n
+        if n < 2:
+            warn_insufficient(
+                f"{n} round(s) observed: at least {2 - n} more round(s) are needed to "
+                f"estimate {what} and its variance; returning NaN",
+                stacklevel=4,
+            )
+            return None
+        S2 = self._S2_V()
+        est = (self._sum_q + self._sum_corr) / n
+        flat = ~(S2 > 0)
+        if flat.any():
+            warn_insufficient(
+                f"the variance of {what} is not estimable yet{trials_phrase(flat, self.batched)}:"
+                f" S_hat_V^2 = 0 (constant predictions and no residual so far); at least 1 "
+                f"more round with a non-zero residual or a different prediction is needed; "
+                f"returning NaN",
+                stacklevel=4,
+            )
+        return np.where(flat, np.nan, est), np.where(flat, np.nan, np.sqrt(S2 / n))
+
+    def interval(self, confidence_level: float = 0.95) -> IntervalEstimate:
+        """Two-sided confidence interval ``V_hat_n +- z S_hat_V / sqrt(n)`` for ``V*``.
+
+        The p-value is two-sided for ``H0: V* = 0``.
+
+        Parameters
+        ----------
+        confidence_level : float, default 0.95
+
+        Returns
+        -------
+        IntervalEstimate
+            NaN entries, with an :class:`InsufficientDataWarning`, before two rounds or
+            where ``S_hat_V^2 = 0``.
+        """
+        level = check_confidence_level(confidence_level)
+        method = (
+            f"optimal value V*: doubly robust online estimate ({self.propensities} "
+            f"propensities), two-sided Wald interval"
+        )
+        out = self._value_and_se("V*")
+        if out is None:
+            nan = np.full(self._B, np.nan)
+            return normal_interval(
+                nan, nan, n_obs=self._n, confidence_level=level, method=method, batched=self.batched
+            )
+        est, se = out
+        return normal_interval(
+            est, se, n_obs=self._n, confidence_level=level, method=method, batched=self.batched
+        )
+
+    def test_greater(self, v0: Any, confidence_level: float = 0.95) -> IntervalEstimate:
+        """One-sided test of ``H0: V* <= v0`` against ``H1: V* > v0`` (eq. 5).
+
+        Parameters
+        ----------
+        v0 : float or array_like of shape (B,)
+            Threshold value ``V_0``.
+        confidence_level : float, default 0.95
+            Level of the one-sided lower confidence bound reported as ``low``.
+
+        Returns
+        -------
+        IntervalEstimate
+            ``low = V_hat_n - z_{level} S_hat_V / sqrt(n)``, ``high = inf`` and
+            ``p_value = 1 - Phi((V_hat_n - v0) / (S_hat_V / sqrt(n)))``; reject ``H0`` at
+            level ``1 - confidence_level`` iff ``low > v0`` (iff ``p_value < 1 -
+            confidence_level``).
+        """
+        level = check_confidence_level(confidence_level)
+        if self.batched and np.ndim(v0) == 0 and not isinstance(v0, bool | np.bool_):
+            try:  # one threshold for every trial
+                v0 = np.full(self._B, float(v0))
+            except (TypeError, ValueError):
+                pass  # reported by the check below
+        v = check_batch_vector(v0, self.n_trials, "v0")
+        method = (
+            f"optimal value V*: one-sided test of H0: V* <= v0 ({self.propensities} "
+            f"propensities); p_value is one-sided, high = inf"
+        )
+        out = self._value_and_se("V*")
+        if out is None:
+            nan = np.full(self._B, np.nan)
+            return normal_interval(
+                nan,
+                nan,
+                n_obs=self._n,
+                confidence_level=level,
+                method=method,
+                batched=self.batched,
+                null_value=v,
+                alternative="greater",
+            )
+        est, se = out
+        return normal_interval(
+            est,
+            se,
+            n_obs=self._n,
+            confidence_level=level,
+            method=method,
+            batched=self.batched,
+            null_value=v,
+            alternative="greater",
+        )
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        """Configuration and running sums (copies; batched layout, ``n_trials`` 0 if None)."""
+        return {
+            "kind": "optimal_value",
+            "n_actions": self.n_actions,
+            "n_trials": 0 if self.n_trials is None else self.n_trials,
+            "propensities": self.propensities,
+            "n": int(self._n),
+            **{key: getattr(self, "_" + key).copy() for key in _SUMS},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a :meth:`state_dict` (validated first; a failure changes nothing)."""
+        mine = self.state_dict()
+        missing = [k for k in mine if k not in state]
+        if missing:
+            raise ValueError(f"state is missing keys {missing}")
+        for key in ("kind", "n_actions", "n_trials", "propensities"):
+            if state[key] != mine[key]:
+                raise ValueError(
+                    f"state[{key!r}] = {state[key]!r} does not match this object's "
+                    f"{key} = {mine[key]!r}"
+                )
+        new = {}
+        for key in _SUMS:
+            arr = np.asarray(state[key])
+            if arr.shape != mine[key].shape or arr.dtype != mine[key].dtype:
+                raise ValueError(
+                    f"state[{key!r}] must be a {mine[key].dtype} array of shape "
+                    f"{mine[key].shape}, got {arr.dtype} array of shape {arr.shape}"
+                )
+            if not np.isfinite(arr).all():
+                raise ValueError(f"state[{key!r}] must be finite")
+            new[key] = arr.copy()
+        n = state["n"]
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
+            raise ValueError(f"state['n'] must be a non-negative integer, got {n!r}")
+        self._n = int(n)
+        for key, arr in new.items():
+            setattr(self, "_" + key, arr)
+
+    def __repr__(self) -> str:
+        batch = "" if self.n_trials is None else f", n_trials={self.n_trials}"
+        return (
+            f"OptimalValueInference(n_actions={self.n_actions}{batch}, "
+            f"propensities={self.propensities!r}; n_obs={self._n})"
+        )

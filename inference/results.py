@@ -1,0 +1,201 @@
+"""Result type shared by every inference procedure.
+
+:class:`IntervalEstimate` is the one object returned by ``interval``, ``difference`` and
+``test_greater``: a frozen, scipy-style record of a point estimate, its Wald confidence
+interval, standard error and p-value.  It holds Python floats for a single bandit and
+arrays of shape ``(B,)`` when ``B`` independent trials are run in lock step.
+
+Too little data never raises: the affected entries are NaN and an
+:class:`InsufficientDataWarning` says how many more rounds or pulls are needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+import numpy as np
+from scipy.special import ndtr, ndtri
+
+__all__ = ["InsufficientDataWarning", "IntervalEstimate"]
+
+
+class InsufficientDataWarning(UserWarning):
+    """Too few rounds (or pulls of an arm) to estimate a quantity or its variance.
+
+    The result's affected entries are NaN; the message says how much more data is needed.
+    """
+
+
+_ARRAY_FIELDS = ("estimate", "low", "high", "standard_error", "p_value", "n_obs")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return np.array2string(value, precision=4, threshold=6, edgeitems=2, separator=", ")
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return repr(value)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class IntervalEstimate:
+    """A point estimate with a confidence interval, standard error and p-value.
+
+    Unpacks as ``low, high = result``.  Every numeric field is a Python number for a single
+    bandit, or a read-only array of shape ``(B,)`` for ``B`` trials run in lock step.
+
+    Attributes
+    ----------
+    estimate : float or ndarray
+        Point estimate (NaN where there is too little data).
+    low, high : float or ndarray
+        Confidence bounds; a one-sided interval has ``high = inf``.
+    confidence_level : float
+        Nominal coverage, in ``(0, 1)``.
+    standard_error : float or ndarray
+        Estimated standard deviation of ``estimate``.
+    p_value : float or ndarray
+        Two-sided p-value for ``H0: quantity = 0`` unless ``method`` says otherwise (the
+        one-sided value test of :meth:`OptimalValueInference.test_greater`).
+    n_obs : int or ndarray
+        Number of rounds ``n`` the estimate is based on.
+    method : str
+        What was estimated and how.
+    """
+
+    estimate: Any
+    low: Any
+    high: Any
+    confidence_level: float
+    standard_error: Any
+    p_value: Any
+    n_obs: Any
+    method: str
+
+    def __post_init__(self) -> None:
+        for name in _ARRAY_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, np.ndarray):
+                value = value.copy()
+                value.flags.writeable = False
+                object.__setattr__(self, name, value)
+
+    def __iter__(self):
+        """Yield ``low`` then ``high``, so that ``low, high = result`` works."""
+        yield self.low
+        yield self.high
+
+    @property
+    def width(self) -> Any:
+        """Interval length ``high - low`` (``inf`` for a one-sided interval)."""
+        return self.high - self.low
+
+    def contains(self, value: Any) -> Any:
+        """Whether ``low <= value <= high`` (elementwise when batched; NaN bounds give False).
+
+        Parameters
+        ----------
+        value : float or array_like
+            Scalar, or an array broadcastable to the batch shape ``(B,)``.
+        """
+        inside = np.logical_and(np.less_equal(self.low, value), np.less_equal(value, self.high))
+        if np.ndim(inside) == 0:
+            return bool(inside)
+        return np.asarray(inside)
+
+    def __repr__(self) -> str:
+        parts = [f"{f.name}={_fmt(getattr(self, f.name))}" for f in dataclasses.fields(self)]
+        return "IntervalEstimate(" + ", ".join(parts) + ")"
+
+
+# ---------------------------------------------------------------------------- helpers
+def critical_value(confidence_level: float, two_sided: bool = True) -> float:
+    """Standard normal quantile ``z`` such that ``P(|Z| <= z) = confidence_level``.
+
+    One-sided: ``P(Z <= z) = confidence_level``.
+    """
+    if two_sided:
+        return float(ndtri(0.5 + 0.5 * confidence_level))
+    return float(ndtri(confidence_level))
+
+
+def _finish(value: np.ndarray, batched: bool) -> Any:
+    return value if batched else value.reshape(-1)[0].item()
+
+
+def normal_interval(
+    estimate: np.ndarray,
+    standard_error: np.ndarray,
+    *,
+    n_obs: int,
+    confidence_level: float,
+    method: str,
+    batched: bool,
+    null_value: float | np.ndarray = 0.0,
+    alternative: str = "two-sided",
+) -> IntervalEstimate:
+    """Build a Wald interval from 1-d arrays of estimates and standard errors.
+
+    Entries whose estimate or standard error is NaN give NaN bounds and p-value.
+
+    Parameters
+    ----------
+    estimate, standard_error : ndarray of shape (B,)
+    n_obs : int
+        Rounds behind the estimate.
+    confidence_level : float
+        Already validated, in ``(0, 1)``.
+    method : str
+    batched : bool
+        Return arrays of shape ``(B,)`` (True) or Python floats (False, ``B = 1``).
+    null_value : float or ndarray
+        Value of the quantity under ``H0``.
+    alternative : {"two-sided", "greater"}
+        "greater": one-sided test of ``H0: quantity <= null_value`` with a lower
+        confidence bound and ``high = inf``.
+    """
+    est = np.asarray(estimate, dtype=float)
+    se = np.asarray(standard_error, dtype=float)
+    bad = ~(np.isfinite(est) & np.isfinite(se))
+    est = np.where(bad, np.nan, est)
+    se = np.where(bad, np.nan, se)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zstat = (est - null_value) / se
+    if alternative == "two-sided":
+        z = critical_value(confidence_level)
+        low, high = est - z * se, est + z * se
+        p = 2.0 * ndtr(-np.abs(zstat))
+    elif alternative == "greater":
+        z = critical_value(confidence_level, two_sided=False)
+        low = est - z * se
+        high = np.where(bad, np.nan, np.inf)
+        p = ndtr(-zstat)
+    else:  # pragma: no cover - internal misuse
+        raise ValueError(f"alternative must be 'two-sided' or 'greater', got {alternative!r}")
+    # se == 0 with a finite estimate: the z statistic is +-inf (or NaN at est == null).
+    p = np.where(bad, np.nan, p)
+    n = np.full(est.shape, int(n_obs), dtype=np.int64) if batched else int(n_obs)
+    return IntervalEstimate(
+        estimate=_finish(est, batched),
+        low=_finish(low, batched),
+        high=_finish(high, batched),
+        confidence_level=float(confidence_level),
+        standard_error=_finish(se, batched),
+        p_value=_finish(p, batched),
+        n_obs=n,
+        method=method,
+    )
+
+
+def warn_insufficient(message: str, stacklevel: int = 3) -> None:
+    """Emit an :class:`InsufficientDataWarning`."""
+    warnings.warn(message, InsufficientDataWarning, stacklevel=stacklevel)
+
+
+def trials_phrase(mask: np.ndarray, batched: bool) -> str:
+    """``' in 3 of 300 trials'`` for a batched mask, ``''`` otherwise."""
+    if not batched:
+        return ""
+    return f" in {int(np.count_nonzero(mask))} of {mask.size} trials"

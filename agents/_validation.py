@@ -1,0 +1,309 @@
+"""Input checks shared by the estimators and policies.
+
+Every public entry point validates its inputs with these helpers *before* it changes any
+state, so that a rejected call leaves the object bit-identical.  Each helper raises
+:class:`ValueError` with a message that names the argument and shows the offending value;
+in batched mode (``n_trials`` given) the message also names the first offending trial.
+
+The helpers are written for the per-round hot path: the common case (valid input) costs a
+handful of vectorised numpy calls and the slow, precise search for the culprit runs only
+once a problem is known to exist.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from collections.abc import Collection
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "PROPENSITY_TOL",
+    "check_actions",
+    "check_choice",
+    "check_context",
+    "check_finite",
+    "check_positive_float",
+    "check_positive_int",
+    "check_propensities",
+    "check_rewards",
+    "check_weights",
+]
+
+#: Absolute tolerance on ``sum_a pi(a) = 1``.
+PROPENSITY_TOL = 1e-6
+
+
+def _where(index: tuple[int, ...], batched: bool) -> str:
+    """Describe the position of a bad entry: ``' (trial 3)'`` or ``' at index (2, 5)'``."""
+    if not index:
+        return ""
+    if batched:
+        rest = index[1:]
+        tail = f", index {rest}" if rest else ""
+        return f" (trial {index[0]}{tail})"
+    return f" at index {index}"
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    """Return ``value`` as an ``int`` after checking it is an integer ``>= minimum``.
+
+    Booleans are rejected (``True`` is an ``int`` in Python but never a size).
+    """
+    if isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    try:
+        ivalue = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}") from None
+    if ivalue < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {ivalue!r}")
+    return int(ivalue)
+
+
+def check_positive_float(value: Any, name: str, *, allow_zero: bool = False) -> float:
+    """Return ``value`` as a finite ``float`` ``> 0`` (``>= 0`` with ``allow_zero``)."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a positive real number, got {value!r}")
+    fvalue = float(value)
+    if not math.isfinite(fvalue) or fvalue < 0 or (fvalue == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite real number {bound}, got {value!r}")
+    return fvalue
+
+
+def check_choice(value: Any, name: str, choices: Collection[str]) -> str:
+    """Return ``value`` after checking it is one of ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        options = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {options}; got {value!r}")
+    return value
+
+
+def check_finite(arr: np.ndarray, name: str, *, batched: bool = False) -> None:
+    """Raise if ``arr`` holds a NaN or an infinity, naming the first one found.
+
+    Parameters
+    ----------
+    arr : ndarray
+        A floating array (already converted).
+    name : str
+        The argument name used in the message.
+    batched : bool, default False
+        If True the leading axis indexes trials and the message names the trial.
+    """
+    finite = np.isfinite(arr)
+    if finite.all():
+        return
+    bad = ~finite
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    value = arr[index]
+    raise ValueError(f"{name} must be finite, got {value!r}{_where(index, batched)}")
+
+
+def check_context(
+    X: Any, d1: int, d2: int, n_trials: int | None = None, name: str = "X"
+) -> np.ndarray:
+    """Return the context(s) as a float64 array of shape ``(d1, d2)`` or ``(B, d1, d2)``.
+
+    Parameters
+    ----------
+    X : array_like
+        One context matrix (``n_trials=None``) or a stack of ``n_trials`` of them.
+    d1, d2 : int
+        Expected matrix shape.
+    n_trials : int or None
+        Batch size ``B``; None for the unbatched API.
+    name : str
+        Argument name used in error messages.
+    """
+    try:
+        arr = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a real array, got {type(X).__name__}: {exc}") from None
+    expected = (d1, d2) if n_trials is None else (n_trials, d1, d2)
+    if arr.shape != expected:
+        raise ValueError(f"{name} must have shape {expected}, got shape {arr.shape}")
+    check_finite(arr, name, batched=n_trials is not None)
+    return arr
+
+
+def check_actions(
+    action: Any, n_actions: int, n_trials: int | None = None, name: str = "action"
+) -> np.ndarray:
+    """Return the action(s) as an int64 array of shape ``(1,)`` or ``(B,)``.
+
+    The unbatched form (``n_trials=None``) takes one Python or numpy integer; the batched
+    form an integer array of shape ``(B,)``.  Floats (even integral ones) and booleans are
+    rejected: an action is an index.
+    """
+    if n_trials is None:
+        if isinstance(action, bool | np.bool_):
+            raise ValueError(f"{name} must be an integer in [0, {n_actions}), got {action!r}")
+        try:
+            a = operator.index(action)
+        except TypeError:
+            arr = np.asarray(action) if isinstance(action, np.ndarray) else None
+            if arr is not None and arr.shape == () and arr.dtype.kind in "iu":
+                a = int(arr)
+            else:
+                raise ValueError(
+                    f"{name} must be an integer in [0, {n_actions}), got {action!r}"
+                ) from None
+        if not 0 <= a < n_actions:
+            raise ValueError(f"{name} must be an integer in [0, {n_actions}), got {a!r}")
+        return np.array([a], dtype=np.int64)
+    arr = np.asarray(action)
+    if arr.shape != (n_trials,):
+        raise ValueError(f"{name} must have shape ({n_trials},), got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        raise ValueError(
+            f"{name} must be an integer array with values in [0, {n_actions}), "
+            f"got dtype {arr.dtype} (first value {arr.flat[0]!r})"
+        )
+    bad = (arr < 0) | (arr >= n_actions)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{name} must be in [0, {n_actions}), got {arr[i]!r} (trial {i})")
+    return arr.astype(np.int64, copy=False)
+
+
+def check_rewards(reward: Any, n_trials: int | None = None, name: str = "reward") -> np.ndarray:
+    """Return the reward(s) as a float64 array of shape ``(1,)`` or ``(B,)``, all finite."""
+    if n_trials is None:
+        is_real = isinstance(reward, numbers.Real) or (
+            isinstance(reward, np.ndarray) and reward.shape == () and reward.dtype.kind in "iuf"
+        )
+        if isinstance(reward, bool | np.bool_) or not is_real:
+            raise ValueError(f"{name} must be a finite real scalar, got {reward!r}")
+        r = float(reward)
+        if not math.isfinite(r):
+            raise ValueError(f"{name} must be finite, got {r!r}")
+        return np.array([r])
+    try:
+        arr = np.asarray(reward, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a real array, got {reward!r}") from None
+    if arr.shape != (n_trials,):
+        raise ValueError(f"{name} must have shape ({n_trials},), got shape {arr.shape}")
+    check_finite(arr, name, batched=True)
+    return arr
+
+
+def check_weights(weight: Any, n_trials: int | None = None, name: str = "weight") -> np.ndarray:
+    """Return non-negative finite weight(s) as float64 of shape ``(1,)`` or ``(B,)``.
+
+    A scalar is broadcast to every trial.
+    """
+    try:
+        arr = np.asarray(weight, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a non-negative real, got {weight!r}") from None
+    size = 1 if n_trials is None else n_trials
+    if arr.ndim == 0:
+        arr = np.full(size, float(arr))
+    elif arr.shape != (size,) or n_trials is None:
+        expected = "a scalar" if n_trials is None else f"a scalar or shape ({n_trials},)"
+        raise ValueError(f"{name} must be {expected}, got shape {arr.shape}")
+    check_finite(arr, name, batched=n_trials is not None)
+    if (arr < 0).any():
+        i = int(np.argmax(arr < 0))
+        where = f" (trial {i})" if n_trials is not None else ""
+        raise ValueError(f"{name} must be >= 0, got {arr[i]!r}{where}")
+    return arr
+
+
+def check_propensities(
+    p: Any,
+    action: np.ndarray | None,
+    n_actions: int,
+    n_trials: int | None = None,
+    name: str = "propensities",
+    *,
+    require_chosen_positive: bool = True,
+) -> np.ndarray:
+    """Return propensities as float64 of shape ``(1, K)`` or ``(B, K)`` after checking them.
+
+    Checks: the shape is ``(K,)`` (unbatched) or ``(B, K)``; entries are finite and
+    ``>= 0``; each row sums to 1 within :data:`PROPENSITY_TOL`; and, when
+    ``require_chosen_positive`` and ``action`` is given, the chosen arm has ``pi > 0``
+    (the inverse-propensity weight ``1/pi(a_t)`` must exist).
+
+    Parameters
+    ----------
+    p : array_like
+        ``pi_t(a)`` for every arm.
+    action : ndarray of shape (1,) or (B,), or None
+        Already validated actions (from :func:`check_actions`).
+    n_actions : int
+        Number of arms ``K``.
+    n_trials : int or None
+        Batch size, None for the unbatched API.
+    name : str
+        Argument name used in error messages.
+    require_chosen_positive : bool, default True
+        Whether ``pi(a_t) > 0`` is required.
+    """
+    batched = n_trials is not None
+    try:
+        arr = np.asarray(p, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a real array, got {p!r}") from None
+    expected = (n_actions,) if not batched else (n_trials, n_actions)
+    if arr.shape != expected:
+        raise ValueError(f"{name} must have shape {expected}, got shape {arr.shape}")
+    rows = arr.reshape(-1, n_actions)
+    if not batched:
+        _check_one_pmf(arr.tolist(), action, name, require_chosen_positive)
+        return rows
+    check_finite(rows, name, batched=True)
+    totals = rows.sum(axis=1)
+    lowest = rows.min(axis=1)
+    bad_sum = np.abs(totals - 1.0) > PROPENSITY_TOL
+    bad_neg = lowest < 0
+    if bad_sum.any() or bad_neg.any():
+        i = int(np.argmax(bad_sum | bad_neg))
+        where = f" (trial {i})" if batched else ""
+        if bad_neg[i]:
+            raise ValueError(f"{name} must be >= 0, got {rows[i].tolist()}{where}")
+        raise ValueError(
+            f"{name} must sum to 1 (tol {PROPENSITY_TOL:g}), got sum {totals[i]!r} "
+            f"for {rows[i].tolist()}{where}"
+        )
+    if require_chosen_positive and action is not None:
+        chosen = rows[np.arange(rows.shape[0]), action]
+        zero = chosen <= 0
+        if zero.any():
+            i = int(np.argmax(zero))
+            where = f" (trial {i})" if batched else ""
+            raise ValueError(
+                f"{name}[action] must be > 0 (known propensities weight by 1/pi), got "
+                f"{name}[{int(action[i])}] = {chosen[i]!r}{where}"
+            )
+    return rows
+
+
+def _check_one_pmf(
+    values: list[float], action: np.ndarray | None, name: str, require_chosen_positive: bool
+) -> None:
+    """Unbatched propensity checks in plain Python (a few hundred ns for small K)."""
+    for j, v in enumerate(values):
+        if not math.isfinite(v):
+            raise ValueError(f"{name} must be finite, got {v!r} at index ({j},)")
+    if min(values) < 0:
+        raise ValueError(f"{name} must be >= 0, got {values}")
+    total = math.fsum(values)
+    if abs(total - 1.0) > PROPENSITY_TOL:
+        raise ValueError(
+            f"{name} must sum to 1 (tol {PROPENSITY_TOL:g}), got sum {total!r} for {values}"
+        )
+    if require_chosen_positive and action is not None:
+        a = int(action[0])
+        if values[a] <= 0:
+            raise ValueError(
+                f"{name}[action] must be > 0 (known propensities weight by 1/pi), got "
+                f"{name}[{a}] = {values[a]!r}"
+            )

@@ -1,0 +1,499 @@
+"""Tests of agents.estimator.LowRankSGD (Algorithm 1, eq. (8), Lemma 2.1, Algorithm 4)."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from agents.benchmark import bench_estimator, naive_sgd_step
+from agents.estimator import LowRankSGD
+
+
+def _low_rank(rng, d1, d2, r, scale=1.0):
+    Q_U = np.linalg.qr(rng.standard_normal((d1, r)))[0]
+    Q_V = np.linalg.qr(rng.standard_normal((d2, r)))[0]
+    return scale * Q_U @ Q_V.T
+
+
+def _context(rng, d1, d2, context):
+    if context == "gaussian":
+        return rng.standard_normal((d1, d2))
+    X = np.zeros((d1, d2))
+    X[rng.integers(d1), rng.integers(d2)] = 1.0
+    return X
+
+
+def _pmf(rng, K):
+    p = rng.uniform(0.2, 1.0, K)
+    return p / p.sum()
+
+
+def _states_equal(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for key in a:
+        if isinstance(a[key], np.ndarray):
+            if not (a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key])):
+                return False
+        elif a[key] != b[key]:
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------- eq. (8)
+@pytest.mark.parametrize(
+    ("context", "propensities", "K"),
+    [
+        ("gaussian", "known", 2),
+        ("completion", "known", 2),
+        ("gaussian", "unknown", 2),
+        ("gaussian", "known", 3),
+        ("completion", "unknown", 3),
+    ],
+)
+def test_steps_match_naive_renormalised_update(context, propensities, K):
+    """Each step equals eq. (8) computed with a full SVD of U V^T (Lemma 2.1)."""
+    rng = np.random.default_rng(1)
+    d1, d2, r = 9, 7, 3  # non-square: catches X vs X^T mix-ups
+    # step_offset=1 and a fast decay make eta depend on t (or on s_a for Algorithm 4).
+    step_scale = 0.05 if context == "gaussian" else 0.05 / (d1 * d2)
+    est = LowRankSGD(
+        d1,
+        d2,
+        r,
+        K,
+        context=context,
+        propensities=propensities,
+        step_scale=step_scale,
+        step_offset=1,
+        step_decay=0.6,
+    )
+    truth = np.stack([_low_rank(rng, d1, d2, r) for _ in range(K)])
+    M_init = truth + 0.3 * rng.standard_normal(truth.shape)
+    est.initialize(M_init)
+    c = 1.0 if context == "gaussian" else float(d1 * d2)
+    assert est.c == c
+
+    # Reference: eq. (10) then eq. (8) with a full SVD renormalisation every round.
+    ref = np.empty_like(M_init)
+    for a in range(K):
+        W_U, s, W_Vt = np.linalg.svd(M_init[a])
+        ref[a] = (W_U[:, :r] * s[:r]) @ W_Vt[:r]
+    np.testing.assert_allclose(est.estimates, ref, rtol=0, atol=1e-12)
+    counts = np.zeros(K, dtype=int)
+    for t in range(1, 31):
+        X = _context(rng, d1, d2, context)
+        p = _pmf(rng, K)
+        a = int(rng.integers(K))
+        y = float(np.sum(truth[a] * X) + 0.1 * rng.standard_normal())
+        counts[a] += 1
+        if propensities == "known":
+            step = est.step_size(t) * c / p[a]
+        else:
+            step = est.step_size(counts[a]) * c
+        U, V = naive_sgd_step(ref[a], X, y, step, r)
+        expected_res = y - np.sum(ref[a] * X)
+        ref[a] = U @ V.T
+        res = est.update(X, a, y, p)
+        assert res == pytest.approx(expected_res, rel=1e-10, abs=1e-12)
+        scale = np.abs(ref).max()
+        assert np.abs(est.estimates - ref).max() <= 1e-10 * scale
+    assert est.t == 30
+    np.testing.assert_array_equal(est.counts, counts)
+
+
+def test_step_size_formula():
+    est = LowRankSGD(4, 4, 1, step_scale=0.1, step_offset=300, step_decay=0.99)
+    assert est.step_size(1) == pytest.approx(0.1 * 300**-0.99)
+    assert est.step_size(300) == est.step_size(1)
+    assert est.step_size(1000) == pytest.approx(0.1 * 1000**-0.99)
+    np.testing.assert_allclose(est.step_size([1, 1000]), [est.step_size(1), est.step_size(1000)])
+
+
+def test_unknown_propensities_ignore_weight_and_use_arm_count():
+    """Algorithm 4: propensities do not change the step; eta uses s_a, not t."""
+    rng = np.random.default_rng(2)
+    d, r = 6, 2
+    M_init = np.stack([_low_rank(rng, d, d, r) for _ in range(2)])
+    kw = dict(propensities="unknown", step_offset=1, step_decay=0.9, step_scale=0.05)
+    a_est, b_est = LowRankSGD(d, d, r, **kw), LowRankSGD(d, d, r, **kw)
+    a_est.initialize(M_init)
+    b_est.initialize(M_init)
+    for _ in range(5):
+        X = rng.standard_normal((d, d))
+        a_est.update(X, 0, 1.0, np.array([0.9, 0.1]))
+        b_est.update(X, 0, 1.0)  # propensities may be omitted
+    assert _states_equal(a_est.state_dict(), b_est.state_dict())
+    # Arm 1 was never pulled: its first update uses s_1 = 1, i.e. the largest step.
+    X = rng.standard_normal((d, d))
+    before = a_est.estimates[1]
+    a_est.update(X, 1, 1.0)
+    U, V = naive_sgd_step(before, X, 1.0, a_est.step_size(1), r)
+    np.testing.assert_allclose(a_est.estimates[1], U @ V.T, rtol=1e-10, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- invariants
+def test_factors_stay_balanced():
+    rng = np.random.default_rng(3)
+    d1, d2, r, K = 12, 8, 3, 3
+    truth = np.stack([_low_rank(rng, d1, d2, r) for _ in range(K)])
+    est = LowRankSGD(d1, d2, r, K, step_offset=10)
+    est.initialize(truth + 0.2 * rng.standard_normal((K, d1, d2)))
+    for _ in range(200):
+        X = rng.standard_normal((d1, d2))
+        a = int(rng.integers(K))
+        est.update(X, a, np.sum(truth[a] * X) + 0.1 * rng.standard_normal(), np.full(K, 1 / K))
+    U, V = est.factors
+    assert U.shape == (K, d1, r) and V.shape == (K, d2, r)
+    for a in range(K):
+        G_U, G_V = U[a].T @ U[a], V[a].T @ V[a]
+        D = np.diag(G_U)
+        tol = 1e-10 * D.max()
+        np.testing.assert_allclose(G_U, np.diag(D), atol=tol)
+        np.testing.assert_allclose(G_V, np.diag(D), atol=tol)
+        assert np.all(np.diff(D) <= tol)  # decreasing
+        np.testing.assert_allclose(est.singular_values[a], D, rtol=1e-10)
+        np.testing.assert_allclose(
+            est.singular_values[a],
+            np.linalg.svd(est.estimates[a], compute_uv=False)[:r],
+            rtol=1e-10,
+        )
+
+
+def test_subspaces_and_predict():
+    rng = np.random.default_rng(4)
+    d1, d2, r, K = 10, 6, 2, 3
+    est = LowRankSGD(d1, d2, r, K)
+    est.initialize(rng.standard_normal((K, d1, d2)))
+    for _ in range(20):
+        est.update(rng.standard_normal((d1, d2)), int(rng.integers(K)), 0.3, np.full(K, 1 / K))
+    Q_U, Q_V = est.subspaces()
+    M = est.estimates
+    for a in range(K):
+        np.testing.assert_allclose(Q_U[a].T @ Q_U[a], np.eye(r), atol=1e-10)
+        np.testing.assert_allclose(Q_V[a].T @ Q_V[a], np.eye(r), atol=1e-10)
+        # The bases span the estimate's column and row spaces.
+        np.testing.assert_allclose(Q_U[a] @ Q_U[a].T @ M[a], M[a], atol=1e-10)
+        np.testing.assert_allclose(M[a] @ Q_V[a] @ Q_V[a].T, M[a], atol=1e-10)
+    X = rng.standard_normal((d1, d2))
+    np.testing.assert_allclose(est.predict(X), np.einsum("kij,ij->k", M, X), rtol=1e-12)
+
+
+def test_initialize_eq10_and_rank_deficient_warning():
+    rng = np.random.default_rng(5)
+    d1, d2, r = 8, 6, 2
+    M = rng.standard_normal((2, d1, d2))
+    est = LowRankSGD(d1, d2, r)
+    assert not est.initialized
+    est.initialize(M)
+    assert est.initialized and est.t == 0
+    for a in range(2):
+        W_U, s, W_Vt = np.linalg.svd(M[a])
+        np.testing.assert_allclose(est.estimates[a], (W_U[:, :r] * s[:r]) @ W_Vt[:r], atol=1e-12)
+    with pytest.warns(RuntimeWarning, match="fewer than rank"):
+        est.initialize(np.zeros((2, d1, d2)))
+
+
+def test_use_before_initialize_raises():
+    est = LowRankSGD(4, 3, 1)
+    X = np.ones((4, 3))
+    with pytest.raises(RuntimeError, match="initialize"):
+        est.update(X, 0, 1.0, np.array([0.5, 0.5]))
+    with pytest.raises(RuntimeError, match="warm start"):
+        est.predict(X)
+
+
+# --------------------------------------------------------------------------- batching
+@pytest.mark.parametrize("propensities", ["known", "unknown"])
+def test_batched_equals_separate_unbatched(propensities):
+    rng = np.random.default_rng(6)
+    B, d1, d2, r, K = 5, 8, 6, 2, 3
+    truth = np.stack([[_low_rank(rng, d1, d2, r) for _ in range(K)] for _ in range(B)])
+    M_init = truth + 0.3 * rng.standard_normal((B, K, d1, d2))
+    kw = dict(propensities=propensities, step_scale=0.01, step_offset=2, step_decay=0.7)
+    batched = LowRankSGD(d1, d2, r, K, n_trials=B, **kw)
+    batched.initialize(M_init)
+    singles = [LowRankSGD(d1, d2, r, K, **kw) for _ in range(B)]
+    for b, est in enumerate(singles):
+        est.initialize(M_init[b])
+    for _ in range(40):
+        X = rng.standard_normal((B, d1, d2))
+        a = rng.integers(0, K, B)  # different arms in different trials
+        y = np.einsum("bij,bij->b", truth[np.arange(B), a], X) + 0.1 * rng.standard_normal(B)
+        p = 0.5 / K + 0.5 * rng.dirichlet(np.ones(K), B)
+        res = batched.update(X, a, y, p)
+        for b, est in enumerate(singles):
+            assert est.update(X[b], int(a[b]), float(y[b]), p[b]) == res[b]
+    X = rng.standard_normal((B, d1, d2))
+    pred = batched.predict(X)
+    U, V = batched.factors
+    for b, est in enumerate(singles):
+        Ub, Vb = est.factors
+        assert np.array_equal(U[b], Ub) and np.array_equal(V[b], Vb)
+        assert np.array_equal(batched.counts[b], est.counts)
+        np.testing.assert_allclose(pred[b], est.predict(X[b]), rtol=1e-13)
+    assert batched.estimates.shape == (B, K, d1, d2)
+    assert batched.subspaces()[0].shape == (B, K, d1, r)
+
+
+def test_batched_initialize_broadcasts_one_init():
+    rng = np.random.default_rng(7)
+    M = rng.standard_normal((2, 5, 4))
+    est = LowRankSGD(5, 4, 2, n_trials=3)
+    est.initialize(M)
+    E = est.estimates
+    assert E.shape == (3, 2, 5, 4)
+    assert np.array_equal(E[0], E[2])
+
+
+# --------------------------------------------------------------------------- validation
+def _fresh(n_trials=None, **kw):
+    rng = np.random.default_rng(8)
+    est = LowRankSGD(5, 4, 2, 3, n_trials=n_trials, **kw)
+    shape = (3, 5, 4) if n_trials is None else (n_trials, 3, 5, 4)
+    est.initialize(rng.standard_normal(shape))
+    est.update(*(_good_args(n_trials)))
+    return est
+
+
+def _good_args(n_trials=None):
+    rng = np.random.default_rng(9)
+    if n_trials is None:
+        return rng.standard_normal((5, 4)), 1, 0.5, np.array([0.2, 0.5, 0.3])
+    B = n_trials
+    return (
+        rng.standard_normal((B, 5, 4)),
+        np.arange(B) % 3,
+        np.full(B, 0.5),
+        np.tile([0.2, 0.5, 0.3], (B, 1)),
+    )
+
+
+def _nan_at(X, index):
+    X = X.copy()
+    X[index] = np.nan
+    return X
+
+
+BAD_UNBATCHED = [
+    # (argument index, bad value, text expected in the message)
+    (0, np.ones((4, 5)), "(4, 5)"),
+    (0, _nan_at(np.ones((5, 4)), (2, 1)), "nan"),
+    (0, np.full((5, 4), np.inf), "inf"),
+    (1, 3, "got 3"),
+    (1, -1, "got -1"),
+    (1, 1.0, "1.0"),
+    (1, True, "True"),
+    (2, np.nan, "nan"),
+    (2, np.inf, "inf"),
+    (2, "a", "'a'"),
+    (3, np.array([0.2, 0.5, 0.2]), "0.9"),
+    (3, np.array([0.6, 0.5, -0.1]), "-0.1"),
+    (3, np.array([0.5, np.nan, 0.5]), "nan"),
+    (3, np.array([0.5, 0.5]), "(2,)"),
+    (3, np.array([0.5, 0.0, 0.5]), "0.0"),  # zero at the chosen arm (action 1)
+    (3, None, "None"),
+]
+
+
+@pytest.mark.parametrize(("pos", "value", "text"), BAD_UNBATCHED)
+def test_bad_update_input_raises_and_changes_nothing(pos, value, text):
+    est = _fresh()
+    before = est.state_dict()
+    args = list(_good_args())
+    args[pos] = value
+    name = ["X", "action", "reward", "propensities"][pos]
+    with pytest.raises(ValueError, match=name) as info:
+        est.update(*args)
+    assert text in str(info.value)
+    assert _states_equal(est.state_dict(), before)
+
+
+BAD_BATCHED = [
+    (0, _nan_at(np.ones((4, 5, 4)), (2, 1, 1)), "trial 2"),
+    (0, np.ones((3, 5, 4)), "(3, 5, 4)"),
+    (1, np.array([0, 1, 3, 0]), "trial 2"),
+    (1, np.array([0.0, 1.0, 2.0, 0.0]), "float64"),
+    (2, np.array([0.0, 0.0, 0.0, np.inf]), "trial 3"),
+    (3, np.array([[0.2, 0.5, 0.3]] * 3 + [[0.2, 0.5, 0.4]]), "trial 3"),
+    (3, np.array([[0.2, 0.5, 0.3], [0.2, 0.0, 0.8], [0.2, 0.5, 0.3], [1.0, 0, 0]]), "trial 1"),
+]
+
+
+@pytest.mark.parametrize(("pos", "value", "text"), BAD_BATCHED)
+def test_bad_batched_input_names_first_trial(pos, value, text):
+    est = _fresh(n_trials=4)
+    before = est.state_dict()
+    args = list(_good_args(4))
+    args[pos] = value
+    with pytest.raises(ValueError) as info:
+        est.update(*args)
+    assert text in str(info.value)
+    assert _states_equal(est.state_dict(), before)
+
+
+def test_unknown_mode_accepts_zero_propensity_at_chosen_arm():
+    est = _fresh(propensities="unknown")
+    X, a, y, _ = _good_args()
+    est.update(X, a, y, np.array([0.5, 0.0, 0.5]))
+    with pytest.raises(ValueError, match="sum to 1"):
+        est.update(X, a, y, np.array([0.5, 0.0, 0.4]))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        (dict(d1=0), "d1"),
+        (dict(d2=-3), "d2"),
+        (dict(rank=0), "rank"),
+        (dict(rank=5), "rank must be <= min(d1, d2) = 4, got 5"),
+        (dict(n_actions=1), "n_actions"),
+        (dict(n_trials=0), "n_trials"),
+        (dict(context="sparse"), "'sparse'"),
+        (dict(propensities="estimated"), "'estimated'"),
+        (dict(step_scale=0.0), "step_scale"),
+        (dict(step_offset=-1), "step_offset"),
+        (dict(step_decay=np.nan), "step_decay"),
+        (dict(d1=2.5), "2.5"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, text):
+    base = dict(d1=5, d2=4, rank=2)
+    base.update(kwargs)
+    with pytest.raises(ValueError) as info:
+        LowRankSGD(**base)
+    assert text in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("M", "text"),
+    [
+        (np.ones((2, 4, 5)), "(2, 4, 5)"),
+        (np.ones((3, 2, 5, 4)), "(3, 2, 5, 4)"),
+        (np.full((2, 5, 4), np.nan), "nan"),
+    ],
+)
+def test_bad_initialize(M, text):
+    est = _fresh_two_arm()
+    before = est.state_dict()
+    with pytest.raises(ValueError, match="M_init") as info:
+        est.initialize(M)
+    assert text in str(info.value)
+    assert _states_equal(est.state_dict(), before)
+
+
+def _fresh_two_arm():
+    est = LowRankSGD(5, 4, 2)
+    est.initialize(np.random.default_rng(0).standard_normal((2, 5, 4)))
+    return est
+
+
+def test_divergence_raises_without_corrupting_state():
+    est = LowRankSGD(5, 4, 2, step_scale=1e300, step_offset=1)
+    est.initialize(np.random.default_rng(0).standard_normal((2, 5, 4)))
+    before = est.state_dict()
+    with pytest.raises(FloatingPointError, match="step_scale"), np.errstate(all="ignore"):
+        est.update(np.full((5, 4), 1e10), 0, 1e300, np.array([0.5, 0.5]))
+    assert _states_equal(est.state_dict(), before)
+
+
+# --------------------------------------------------------------------------- persistence
+@pytest.mark.parametrize("n_trials", [None, 3])
+def test_state_dict_pickle_and_bit_identical_resume(n_trials):
+    rng = np.random.default_rng(10)
+    d1, d2, r, K = 6, 5, 2, 2
+    est = LowRankSGD(d1, d2, r, K, n_trials=n_trials, propensities="unknown")
+    shape = (K, d1, d2) if n_trials is None else (n_trials, K, d1, d2)
+    est.initialize(rng.standard_normal(shape))
+    lead = () if n_trials is None else (n_trials,)
+
+    def stream(seed, n):
+        g = np.random.default_rng(seed)
+        for _ in range(n):
+            a = g.integers(0, K, lead) if lead else int(g.integers(K))
+            yield g.standard_normal(lead + (d1, d2)), a, g.standard_normal(lead) if lead else 0.7
+
+    for X, a, y in stream(0, 15):
+        est.update(X, a, y)
+    state = est.state_dict()
+    for value in state.values():
+        assert isinstance(value, (np.ndarray, int, float, str, bool))
+    clone = LowRankSGD.from_state_dict(state)
+    pickled = pickle.loads(pickle.dumps(est))
+    state["U"][...] = 0.0  # state_dict returns copies
+    assert not np.array_equal(est.factors[0], 0.0)
+    for X, a, y in stream(1, 25):
+        est.update(X, a, y)
+        clone.update(X, a, y)
+        pickled.update(X, a, y)
+    assert _states_equal(est.state_dict(), clone.state_dict())
+    assert _states_equal(est.state_dict(), pickled.state_dict())
+    assert clone.t == est.t == 40
+
+
+def test_load_state_dict_validates():
+    est = _fresh_two_arm()
+    good = est.state_dict()
+    other = LowRankSGD(5, 4, 1)
+    with pytest.raises(ValueError, match="rank"):
+        other.load_state_dict(good)
+    bad = dict(good, U=good["U"][..., :1])
+    before = est.state_dict()
+    with pytest.raises(ValueError, match="'U'"):
+        est.load_state_dict(bad)
+    with pytest.raises(ValueError, match="nan"):
+        est.load_state_dict(dict(good, V=np.full_like(good["V"], np.nan)))
+    with pytest.raises(ValueError, match="missing"):
+        est.load_state_dict({k: v for k, v in good.items() if k != "t"})
+    with pytest.raises(ValueError, match="'t'"):
+        est.load_state_dict(dict(good, t=-1))
+    assert _states_equal(est.state_dict(), before)
+
+
+# --------------------------------------------------------------------------- long runs
+def _paper_run(n_rounds, seed=0):
+    """Unbatched epsilon-greedy run in the paper's setting from a sigma-close start."""
+    rng = np.random.default_rng(seed)
+    d, r, K, sigma = 50, 3, 2, 0.1
+    truth = np.stack([_low_rank(rng, d, d, r) for _ in range(K)])
+    est = LowRankSGD(d, d, r, K)
+    noise = rng.standard_normal(truth.shape)
+    est.initialize(truth + 0.5 * sigma * noise / np.linalg.norm(noise, axis=(1, 2))[:, None, None])
+    chunk = 1000
+    for _ in range(n_rounds // chunk):
+        X = rng.standard_normal((chunk, d, d))
+        means = np.einsum("kij,nij->nk", truth, X)
+        coins = rng.random(chunk)
+        noise = sigma * rng.standard_normal(chunk)
+        for i in range(chunk):
+            greedy = int(np.argmax(est.predict(X[i])))
+            p = np.full(K, 0.05)
+            p[greedy] = 0.95
+            a = greedy if coins[i] < 0.95 else 1 - greedy
+            est.update(X[i], a, means[i, a] + noise[i], p)
+    err = np.linalg.norm(est.estimates - truth, axis=(1, 2))
+    return est, err
+
+
+def test_stable_and_accurate_over_5k_rounds():
+    est, err = _paper_run(5_000)
+    U, V = est.factors
+    assert np.isfinite(U).all() and np.isfinite(V).all()
+    assert np.all(err < 0.1), err
+
+
+@pytest.mark.slow
+def test_no_overflow_over_1e5_rounds():
+    est, err = _paper_run(100_000, seed=1)
+    U, V = est.factors
+    assert np.isfinite(U).all() and np.isfinite(V).all()
+    assert np.all(err < 0.1), err
+
+
+def test_bench_estimator_smoke():
+    out = bench_estimator(d=40, rank=2, n_rounds=30, n_naive_rounds=5)
+    assert set(out) >= {"lowrank_s_per_round", "naive_s_per_round", "speedup", "max_rel_diff"}
+    assert out["max_rel_diff"] < 1e-10  # both implementations computed the same estimates
+    assert out["speedup"] == out["naive_s_per_round"] / out["lowrank_s_per_round"]

@@ -62,6 +62,11 @@ __all__ = ["LinearFormInference"]
 
 _CONTEXTS = ("gaussian", "completion")
 _PROJECTIONS = ("tangent", "paper")
+# Negative controls for validity studies, never for inference: "no_ipw" replaces 1/pi_t by 1
+# (the bias adaptive sampling causes), "no_debias" drops the correction term (the bias of
+# the low-rank estimate itself).  A study that cannot tell them from the real procedure
+# has no power to certify it.
+_ABLATIONS = (None, "no_ipw", "no_debias")
 # An eigenvalue of U^T U below this fraction of the largest counts as zero: that direction
 # is dropped from the basis instead of being divided by ~0.
 _EIG_FLOOR = 1e-12
@@ -173,7 +178,11 @@ class _DebiasedLinearForm:
         context: str = "gaussian",
         projection: str = "tangent",
         n_trials: int | None = None,
+        ablation: str | None = None,
     ) -> None:
+        if ablation not in _ABLATIONS:
+            raise ValueError(f"ablation must be one of {_ABLATIONS}; got {ablation!r}")
+        self.ablation = ablation
         self.d1 = check_positive_int(d1, "d1")
         self.d2 = check_positive_int(d2, "d2")
         self.rank = check_positive_int(rank, "rank")
@@ -325,7 +334,8 @@ class _DebiasedLinearForm:
         self._S2_sum[trials, action] += (cw * cw)[:, None] * g * g
 
         # 4. Correction term into the pulled arm's accumulator.
-        _add_rows(acc, trials * K + action, X.reshape(B, D), cw * res)
+        if self.ablation != "no_debias":
+            _add_rows(acc, trials * K + action, X.reshape(B, D), cw * res)
         self._pulls[trials, action] += weight > 0
         self._n += 1
         self._cache.clear()
@@ -621,6 +631,9 @@ class LinearFormInference(_DebiasedLinearForm):
         None: one bandit, scalar results.  ``B``: ``B`` independent bandits in lock step;
         every per-round argument gains a leading axis of length ``B`` and results are
         arrays of shape ``(B,)``.
+    ablation : {None, "no_ipw", "no_debias"}, default None
+        Negative controls for validity studies only: "no_ipw" replaces ``1/pi_t`` by 1,
+        "no_debias" drops the correction term.  Both give invalid intervals by design.
 
     Notes
     -----
@@ -679,4 +692,6 @@ class LinearFormInference(_DebiasedLinearForm):
         y = check_batch_vector(reward, self.n_trials, "reward")
         p = check_propensities(propensities, a, self.n_actions, self.n_trials)
         weight = 1.0 / p[np.arange(self._B), a]
+        if self.ablation == "no_ipw":
+            weight = np.ones_like(weight)
         self._absorb(Ub, Vb, Xb, a, y, weight)

@@ -25,8 +25,15 @@ def small_env(**kwargs):
 
 
 def small_vec(b, **kwargs):
-    return gym.make_vec("MatrixContextBandit-v0", num_envs=b,
-                        vectorization_mode="vector_entry_point", d1=6, d2=5, rank=2, **kwargs)
+    return gym.make_vec(
+        "MatrixContextBandit-v0",
+        num_envs=b,
+        vectorization_mode="vector_entry_point",
+        d1=6,
+        d2=5,
+        rank=2,
+        **kwargs,
+    )
 
 
 def truth_init(env, scale=0.1, seed=0):
@@ -36,12 +43,15 @@ def truth_init(env, scale=0.1, seed=0):
     return p + scale * rng.standard_normal(p.shape) / np.sqrt(p[0].size)
 
 
-@pytest.mark.parametrize("make", [
-    lambda env: EpsilonGreedy(env, rank=2, epsilon=0.3, M_init=truth_init(env), seed=1),
-    lambda env: Softmax(env, rank=2, temperature=0.5, M_init=truth_init(env), seed=1),
-    lambda env: UniformRandom(env, seed=1),
-    lambda env: LinearEpsilonGreedy(env, epsilon=0.3, seed=1),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda env: EpsilonGreedy(env, rank=2, epsilon=0.3, M_init=truth_init(env), seed=1),
+        lambda env: Softmax(env, rank=2, temperature=0.5, M_init=truth_init(env), seed=1),
+        lambda env: UniformRandom(env, seed=1),
+        lambda env: LinearEpsilonGreedy(env, epsilon=0.3, seed=1),
+    ],
+)
 def test_reported_propensities_match_empirical_frequencies(make):
     env = small_env(n_actions=3)
     policy = make(env)
@@ -73,7 +83,7 @@ def test_epsilon_greedy_pmf_and_ties():
     assert np.delete(p, greedy) == pytest.approx([0.1, 0.1])
     decaying = EpsilonGreedy(env, rank=2, epsilon=0.05, decay=0.1, M_init=truth_init(env))
     assert decaying.epsilon_at(1) == pytest.approx(0.05)
-    assert decaying.epsilon_at(1000) == pytest.approx(0.05 * 1000 ** -0.1)
+    assert decaying.epsilon_at(1000) == pytest.approx(0.05 * 1000**-0.1)
 
 
 def test_softmax_pmf_is_the_boltzmann_distribution():
@@ -110,8 +120,7 @@ def test_oracle_has_zero_regret_and_uniform_has_positive():
 
 def test_batched_policy_matches_the_vector_env_and_draws_from_its_pmf():
     venv = small_vec(4000)
-    policy = EpsilonGreedy(venv, rank=2, epsilon=0.2,
-                           M_init=truth_init(venv), seed=0)
+    policy = EpsilonGreedy(venv, rank=2, epsilon=0.2, M_init=truth_init(venv), seed=0)
     assert policy.n_trials == 4000
     obs, _ = venv.reset(seed=0)
     d = policy.act(obs)
@@ -147,7 +156,7 @@ def test_warm_start_phase_explores_uniformly_then_initialises():
     env = small_env()
     policy = EpsilonGreedy(env, rank=2, warm_start=80, seed=0)
     obs, _ = env.reset(seed=0)
-    for t in range(80):
+    for _ in range(80):
         assert policy.in_warm_start
         np.testing.assert_allclose(policy.action_probs(obs), [0.5, 0.5])
         d = policy.act(obs)
@@ -167,12 +176,15 @@ def run_loop(env, policy, obs, n):
     return obs
 
 
-@pytest.mark.parametrize("make", [
-    lambda env: EpsilonGreedy(env, rank=2, warm_start=80, seed=5),
-    lambda env: Softmax(env, rank=2, warm_start=80, seed=5),
-    lambda env: ForcedExploration(EpsilonGreedy(env, rank=2, warm_start=80, seed=5), p0=0.2),
-    lambda env: LinearEpsilonGreedy(env, seed=5),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda env: EpsilonGreedy(env, rank=2, warm_start=80, seed=5),
+        lambda env: Softmax(env, rank=2, warm_start=80, seed=5),
+        lambda env: ForcedExploration(EpsilonGreedy(env, rank=2, warm_start=80, seed=5), p0=0.2),
+        lambda env: LinearEpsilonGreedy(env, seed=5),
+    ],
+)
 @pytest.mark.parametrize("split", [40, 120])  # inside and after the warm start
 def test_save_and_resume_continue_bit_identically(make, split):
     env_a, env_b = small_env(), small_env()
@@ -213,8 +225,11 @@ def test_paper_setting_low_rank_beats_full_rank_linear_peer_on_regret():
     regrets = {}
     for name in ("low_rank", "linear"):
         env = gym.make("MatrixContextBandit-v0", max_episode_steps=None)
-        policy = (EpsilonGreedy(env, epsilon=0.1, seed=0) if name == "low_rank"
-                  else LinearEpsilonGreedy(env, epsilon=0.1, seed=0))
+        policy = (
+            EpsilonGreedy(env, epsilon=0.1, seed=0)
+            if name == "low_rank"
+            else LinearEpsilonGreedy(env, epsilon=0.1, seed=0)
+        )
         obs, _ = env.reset(seed=0)
         total = 0.0
         for _ in range(3000):
@@ -258,18 +273,26 @@ def test_bad_updates_raise_and_leave_the_policy_unchanged(name, corrupt):
     assert before != after_act  # act() advanced the generator, as it should
 
 
-@pytest.mark.parametrize("kwargs,name", [
-    ({"rank": 0}, "rank"), ({"rank": 6}, "rank"), ({"epsilon": 0.0}, "epsilon"),
-    ({"epsilon": 1.5}, "epsilon"), ({"warm_start": 0}, "warm_start"),
-    ({"decay": -1.0}, "decay"),
-])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        ({"rank": 0}, "rank"),
+        ({"rank": 6}, "rank"),
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"epsilon": 1.5}, "epsilon"),
+        ({"warm_start": 0}, "warm_start"),
+        ({"decay": -1.0}, "decay"),
+    ],
+)
 def test_bad_constructor_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):
         EpsilonGreedy(small_env(), **kwargs)
 
 
 def test_explicit_sizes_without_env_and_disagreement_with_env():
-    policy = EpsilonGreedy(d1=6, d2=5, n_actions=3, rank=2, M_init=np.random.default_rng(0).standard_normal((3, 6, 5)))
+    policy = EpsilonGreedy(
+        d1=6, d2=5, n_actions=3, rank=2, M_init=np.random.default_rng(0).standard_normal((3, 6, 5))
+    )
     assert policy.n_actions == 3 and policy.n_trials is None
     with pytest.raises(ValueError, match="d1"):
         EpsilonGreedy(small_env(), d1=7)

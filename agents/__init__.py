@@ -1,0 +1,31 @@
+"""Agents for ``MatrixContextBandit-v0``: the online low-rank SGD estimator (Algorithm 1) and
+policies that report, with every action, the exact probability of every arm.
+"""
+
+from agents.base import Decision, Policy, PolicyBase, problem_shape, sample_actions
+from agents.baselines import LinearEpsilonGreedy, Oracle, UniformRandom
+from agents.ensemble import EnsembleSampling
+from agents.estimator import LowRankSGD
+from agents.forced_exploration import ForcedExploration
+from agents.low_rank import EpsilonGreedy, LowRankPolicy, Softmax
+from agents.warm_start import DEFAULT_WARM_START_ROUNDS, WarmStartBuffer, nuclear_norm_fit
+
+__all__ = [
+    "DEFAULT_WARM_START_ROUNDS",
+    "Decision",
+    "EnsembleSampling",
+    "EpsilonGreedy",
+    "ForcedExploration",
+    "LinearEpsilonGreedy",
+    "LowRankPolicy",
+    "LowRankSGD",
+    "Oracle",
+    "Policy",
+    "PolicyBase",
+    "Softmax",
+    "UniformRandom",
+    "WarmStartBuffer",
+    "nuclear_norm_fit",
+    "problem_shape",
+    "sample_actions",
+]

@@ -1,0 +1,614 @@
+"""Gymnasium wrappers that keep online confidence intervals while any agent plays.
+
+:class:`ParameterInference` (linear forms ``<M_a, T>`` and arm differences, Section 3) and
+:class:`ValueInference` (the optimal policy value, Section 4) watch ``step()``: they record
+the context they last returned, the action, the reward and the propensities, and pass the
+action inward unchanged, so they stack and the base environment takes the action from it.
+Their vector twins :class:`VectorParameterInference` and :class:`VectorValueInference` do the
+same for ``gym.make_vec(..., vectorization_mode="vector_entry_point")``, giving B independent
+sets of intervals from one run.
+
+Propensities arrive with the action (``env.step(agent.act(obs))`` passes a
+:class:`~lrbandit_gym.Decision`) or from ``propensity_fn(obs) -> pmf`` given at construction
+(needed when a library such as stable-baselines3 drives the loop).  A bare action with
+neither is an error: a propensity is never assumed.
+
+Estimator: by default a wrapper runs its own :class:`~agents.estimator.LowRankSGD` on what
+it observes.  It cannot choose actions, so its warm start fits the first ``warm_start``
+rounds it sees by nuclear-norm least squares weighted by ``1/π`` (inverse propensity), and
+inference starts after it.  Handed an agent's estimator (``estimator=agent.estimator``) it
+shares it and does no duplicate work, and then reproduces the paper's procedure exactly:
+each round it reads the estimate *before* the agent's update (the standard loop
+``act → step → update``), and rounds before the agent's warm start has finished are not
+used.  A wrapper stacked on another inference wrapper without an ``estimator`` shares the
+inner one's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.utils import RecordConstructorArgs
+from gymnasium.vector import VectorEnv, VectorWrapper
+
+from agents._validation import check_propensities
+from agents.base import problem_shape
+from agents.estimator import LowRankSGD
+from agents.warm_start import DEFAULT_WARM_START_ROUNDS, WarmStartBuffer
+from inference.linear_form import LinearFormInference
+from inference.optimal_value import OptimalValueInference
+from inference.results import InsufficientDataWarning, IntervalEstimate, warn_insufficient
+from lrbandit_gym.decision import split_decision
+
+__all__ = [
+    "ParameterInference",
+    "ValueInference",
+    "VectorParameterInference",
+    "VectorValueInference",
+]
+
+
+class _Watcher:
+    """Estimator handling, propensity resolution and bookkeeping shared by all wrappers."""
+
+    info_key = "inference"
+
+    def _setup(self, env, rank, estimator, propensity_fn, warm_start, sgd_kwargs) -> None:
+        base = env.unwrapped
+        self._shape = problem_shape(base)
+        if self._vector and not isinstance(base, VectorEnv):
+            raise ValueError(f"{type(self).__name__} wraps a vector env; got {type(base).__name__}")
+        if not self._vector and isinstance(base, VectorEnv):
+            twin = "Vector" + type(self).__name__
+            raise ValueError(
+                f"{type(self).__name__} wraps a single env; use {twin} for a vector env"
+            )
+        self.d1, self.d2 = self._shape.d1, self._shape.d2
+        self.n_actions = self._shape.n_actions
+        self.n_trials = self._shape.n_trials if self._vector else None
+        if propensity_fn is not None and not callable(propensity_fn):
+            raise ValueError(f"propensity_fn must be callable; got {propensity_fn!r}")
+        self.propensity_fn = propensity_fn
+        if estimator is None:
+            estimator = self._inner_estimator(env)
+        self.owns_estimator = estimator is None
+        if estimator is None:
+            estimator = LowRankSGD(
+                self.d1,
+                self.d2,
+                rank,
+                self.n_actions,
+                n_trials=self.n_trials,
+                context=self._shape.context,
+                **sgd_kwargs,
+            )
+            rounds = DEFAULT_WARM_START_ROUNDS if warm_start is None else warm_start
+            if isinstance(rounds, bool) or int(rounds) != rounds or rounds < 1:
+                raise ValueError(
+                    f"warm_start must be a positive number of rounds; got {warm_start!r}"
+                )
+            self.warm_start_rounds = int(rounds)
+            self._buffer = WarmStartBuffer(
+                self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials
+            )
+        else:
+            for name in ("d1", "d2", "n_actions", "n_trials"):
+                mine = getattr(self, name)
+                if getattr(estimator, name) != mine:
+                    raise ValueError(
+                        f"estimator.{name}={getattr(estimator, name)!r} does not match the "
+                        f"environment's {mine!r}"
+                    )
+            self.warm_start_rounds = 0
+            self._buffer = None
+        self.estimator = estimator
+        self.rank = estimator.rank
+        self._obs = None
+        self.rounds_seen = 0
+        self.rounds_skipped = 0
+
+    @staticmethod
+    def _inner_estimator(env):
+        while env is not None:
+            if isinstance(env, _Watcher):
+                return env.estimator
+            env = getattr(env, "env", None)
+        return None
+
+    def _context(self, obs) -> np.ndarray:
+        shape = (self.d1, self.d2) if self.n_trials is None else (self.n_trials, self.d1, self.d2)
+        return np.asarray(obs, dtype=float).reshape(shape)
+
+    def _resolve(self, action):
+        """``(action, propensities)`` checked against the last context, before any step."""
+        if self._obs is None:
+            raise RuntimeError("Call reset() before step().")
+        arm, props = split_decision(action)
+        if props is None:
+            if self.propensity_fn is None:
+                raise ValueError(
+                    f"{type(self).__name__} needs the propensity of every action: pass the "
+                    "agent's Decision to env.step (agents' act() returns one), or give "
+                    "propensity_fn=lambda obs: pmf at construction; got a bare action "
+                    f"{arm!r}"
+                )
+            props = self.propensity_fn(self._obs_raw)
+        b = self.n_trials
+        actions = np.array(arm, ndmin=1)
+        if actions.dtype.kind not in "iu" or actions.shape != (1 if b is None else b,):
+            raise ValueError(f"action must be an integer (array of shape ({b},)); got {arm!r}")
+        if ((actions < 0) | (actions >= self.n_actions)).any():
+            raise ValueError(f"action must be in [0, {self.n_actions}); got {arm!r}")
+        props = check_propensities(props, actions, self.n_actions, b)
+        return actions, props
+
+    @staticmethod
+    def _check_reward(reward, b):
+        r = np.array(reward, dtype=float, ndmin=1)
+        if not np.isfinite(r).all():
+            i = int(np.argmax(~np.isfinite(r)))
+            where = "" if b is None else f" (trial {i})"
+            raise ValueError(f"reward must be finite; got {r[i]!r}{where}")
+        return r
+
+    def _estimate_ready(self) -> bool:
+        return bool(self.estimator.initialized)
+
+    def _observe(self, x, actions, rewards, props) -> None:
+        """After the inner step: feed the core with the snapshot, then the own estimator."""
+        if not self.owns_estimator:
+            return
+        b = self.n_trials
+        if self._buffer is not None:
+            weights = 1.0 / props[np.arange(props.shape[0]), actions]
+            self._buffer.add(
+                x if b is not None else x,
+                actions if b is not None else int(actions[0]),
+                rewards if b is not None else float(rewards[0]),
+                weights if b is not None else float(weights[0]),
+            )
+            if self._buffer.full:
+                self.estimator.initialize(
+                    self._buffer.fit(context=self._shape.context, rank=self.rank)
+                )
+                self._buffer = None
+            return
+        if b is None:
+            self.estimator.update(x, int(actions[0]), float(rewards[0]), props[0])
+        else:
+            self.estimator.update(x, actions, rewards, props)
+
+    def _watch_step(self, action, inner_step):
+        actions, props = self._resolve(action)
+        x = self._x
+        ready = self._estimate_ready()
+        snapshot = self._snapshot(x) if ready else None
+        obs, reward, terminated, truncated, info = inner_step(action)
+        rewards = self._check_reward(reward, self.n_trials)
+        # The step has happened; a NaN reward from the environment must not reach the sums.
+        if snapshot is not None:
+            self._absorb(snapshot, x, actions, rewards, props)
+        else:
+            self.rounds_skipped += 1
+        self._observe(x, actions, rewards, props)
+        self.rounds_seen += 1
+        self._set_obs(obs)
+        info = dict(info)
+        info[self.info_key] = self._running_info()
+        return obs, reward, terminated, truncated, info
+
+    def _set_obs(self, obs) -> None:
+        self._obs_raw = obs
+        self._obs = obs
+        self._x = self._context(obs)
+
+    def _rounds_needed_message(self) -> str:
+        if self.owns_estimator:
+            left = self.warm_start_rounds - self.rounds_seen
+            return (
+                f"the wrapper's warm start needs {max(left, 0)} more round(s) "
+                f"({self.warm_start_rounds} in all) before inference starts"
+            )
+        return "the shared estimator has not finished its warm start yet"
+
+    @contextlib.contextmanager
+    def _one_warning(self):
+        """Before inference starts, say why and for how long, instead of the core's
+        generic "no rounds observed" warning."""
+        if self.core.n_obs:
+            yield
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", InsufficientDataWarning)
+            yield
+        warn_insufficient(
+            f"no round has entered the inference yet: {self._rounds_needed_message()}; "
+            "returning NaN",
+            stacklevel=4,
+        )
+
+    def _state_common(self) -> dict[str, Any]:
+        return {
+            "rounds_seen": self.rounds_seen,
+            "rounds_skipped": self.rounds_skipped,
+            "estimator": self.estimator.state_dict() if self.owns_estimator else None,
+            "buffer": None if self._buffer is None else self._buffer.state_dict(),
+            "obs": None if self._obs is None else np.array(self._obs, copy=True),
+        }
+
+    def _load_common(self, state: dict[str, Any]) -> None:
+        self.rounds_seen = int(state["rounds_seen"])
+        self.rounds_skipped = int(state["rounds_skipped"])
+        if self.owns_estimator:
+            self.estimator.load_state_dict(state["estimator"])
+            if state["buffer"] is None:
+                self._buffer = None
+            else:
+                self._buffer = WarmStartBuffer(
+                    self.d1,
+                    self.d2,
+                    self.n_actions,
+                    self.warm_start_rounds,
+                    n_trials=self.n_trials,
+                )
+                self._buffer.load_state_dict(state["buffer"])
+        if state["obs"] is not None:
+            self._set_obs(np.array(state["obs"], copy=True))
+
+
+class _ParameterMixin(_Watcher):
+    info_key = "parameter_inference"
+
+    def _init_parameter(
+        self, env, targets, rank, estimator, propensity_fn, projection, warm_start, sgd_kwargs
+    ):
+        self._setup(env, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
+        self.core = LinearFormInference(
+            self.d1,
+            self.d2,
+            self.rank,
+            self.n_actions,
+            targets,
+            context=self._shape.context,
+            projection=projection,
+            n_trials=self.n_trials,
+        )
+        self.target_names = self.core.target_names
+
+    def _snapshot(self, x):
+        u, v = self.estimator.factors
+        return np.array(u, copy=True), np.array(v, copy=True)
+
+    def _absorb(self, snapshot, x, actions, rewards, props):
+        u, v = snapshot
+        b = self.n_trials
+        if b is None:
+            self.core.update(u, v, x, int(actions[0]), float(rewards[0]), props[0])
+        else:
+            self.core.update(u, v, x, actions, rewards, props)
+
+    def _running_info(self) -> dict[str, Any]:
+        n = self.core.n_obs
+        info: dict[str, Any] = {"n_obs": n}
+        if n:
+            var = self.core.sigma2[..., None] * self.core.S2  # (…, K, n_T)
+            se = np.sqrt(var / n)
+            info["sigma2"] = self.core.sigma2
+            info["standard_error"] = {name: se[..., k] for k, name in enumerate(self.target_names)}
+        return info
+
+    def interval(self, arm: int, target: str, confidence_level: float = 0.95) -> IntervalEstimate:
+        """Confidence interval for ``<M_arm, T>`` (Algorithm 3; see
+        :meth:`inference.LinearFormInference.interval`)."""
+        with self._one_warning():
+            return self.core.interval(arm, target, confidence_level)
+
+    def difference(
+        self, arm_a: int, arm_b: int, target: str, confidence_level: float = 0.95
+    ) -> IntervalEstimate:
+        """Confidence interval for ``<M_a − M_b, T>`` (Corollary 3.3)."""
+        with self._one_warning():
+            return self.core.difference(arm_a, arm_b, target, confidence_level)
+
+    def results(self, confidence_level: float = 0.95) -> list[tuple[str, IntervalEstimate]]:
+        """Every arm, target and pairwise difference as ``(label, IntervalEstimate)``."""
+        rows = []
+        for name in self.target_names:
+            for a in range(self.n_actions):
+                rows.append((f"<M_{a}, {name}>", self.interval(a, name, confidence_level)))
+            for a in range(self.n_actions):
+                for b in range(a + 1, self.n_actions):
+                    rows.append(
+                        (f"<M_{b} - M_{a}, {name}>", self.difference(b, a, name, confidence_level))
+                    )
+        return rows
+
+    def summary(self, confidence_level: float = 0.95) -> str:
+        """A text table of every arm, target and difference (trial 0 under a vector env)."""
+        return _table(self.results(confidence_level), self.n_trials, confidence_level)
+
+    def to_frame(self, confidence_level: float = 0.95):
+        """The :meth:`summary` rows as a pandas DataFrame (needs pandas; one row per trial)."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError("to_frame() needs pandas: pip install pandas") from exc
+        records = []
+        for label, ci in self.results(confidence_level):
+            for trial, row in enumerate(_rows(ci)):
+                records.append({"quantity": label, "trial": trial, **row})
+        return pd.DataFrame.from_records(records)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Wrapper, core and (own) estimator state; a resumed run gives identical intervals."""
+        return {**self._state_common(), "core": self.core.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.core.load_state_dict(state["core"])
+        self._load_common(state)
+
+
+class _ValueMixin(_Watcher):
+    info_key = "value_inference"
+
+    def _init_value(
+        self, env, rank, estimator, propensity_fn, propensities, warm_start, sgd_kwargs
+    ):
+        self._setup(env, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
+        self.core = OptimalValueInference(
+            self.n_actions, n_trials=self.n_trials, propensities=propensities
+        )
+
+    def _snapshot(self, x):
+        return np.array(self.estimator.predict(x), copy=True)
+
+    def _absorb(self, predictions, x, actions, rewards, props):
+        if self.n_trials is None:
+            self.core.update(predictions, int(actions[0]), float(rewards[0]), props[0])
+        else:
+            self.core.update(predictions, actions, rewards, props)
+
+    def _running_info(self) -> dict[str, Any]:
+        n = self.core.n_obs
+        info: dict[str, Any] = {"n_obs": n}
+        if n:
+            info["estimate"] = self.core.estimate
+            info["standard_error"] = np.sqrt(self.core.S2_V / n)
+        return info
+
+    def interval(self, confidence_level: float = 0.95) -> IntervalEstimate:
+        """Confidence interval for ``V*`` (Section 4, Theorem 4.2)."""
+        with self._one_warning():
+            return self.core.interval(confidence_level)
+
+    def test_greater(self, v0: float):
+        """One-sided test of ``H0: V* ≤ v0`` (eq. 5)."""
+        return self.core.test_greater(v0)
+
+    def summary(self, confidence_level: float = 0.95) -> str:
+        return _table([("V*", self.interval(confidence_level))], self.n_trials, confidence_level)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self._state_common(), "core": self.core.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.core.load_state_dict(state["core"])
+        self._load_common(state)
+
+
+def _rows(ci: IntervalEstimate) -> list[dict[str, float]]:
+    fields = ("estimate", "low", "high", "standard_error", "p_value")
+    arrays = {f: np.atleast_1d(np.asarray(getattr(ci, f), dtype=float)) for f in fields}
+    return [{f: float(arrays[f][i]) for f in fields} for i in range(arrays["estimate"].size)]
+
+
+def _table(rows, n_trials, confidence_level) -> str:
+    pct = f"{100 * confidence_level:g}%"
+    head = (
+        f"{'quantity':<24}{'estimate':>11}{pct + ' low':>11}{pct + ' high':>11}"
+        f"{'se':>11}{'p-value':>11}"
+    )
+    lines = [head, "-" * len(head)]
+    for label, ci in rows:
+        r = _rows(ci)[0]
+        lines.append(
+            f"{label:<24}{r['estimate']:>11.4f}{r['low']:>11.4f}{r['high']:>11.4f}"
+            f"{r['standard_error']:>11.4g}{r['p_value']:>11.3g}"
+        )
+    if n_trials is not None:
+        lines.append(f"(trial 0 of {n_trials}; the IntervalEstimate arrays hold every trial)")
+    return "\n".join(lines)
+
+
+class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
+    """Online confidence intervals for ``<M_a, T>`` and arm differences (Algorithms 2-3).
+
+    Parameters
+    ----------
+    env : gymnasium.Env
+        A ``MatrixContextBandit-v0`` environment (wrapped or not).
+    targets : mapping of str to array (d1, d2)
+        The linear forms ``T`` of interest, by name.
+    rank : int, default 3
+        Rank of the wrapper's own estimator (ignored when ``estimator`` is given).
+    estimator : LowRankSGD, optional
+        An agent's estimator to share (then the agent must update it after each step).
+    propensity_fn : callable, optional
+        ``propensity_fn(obs) -> pmf`` for loops that pass bare actions.
+    projection : {"tangent", "paper"}, default "tangent"
+        ``G_t`` in ``Ŝ²`` (ALGORITHMS.md §4); see :class:`inference.LinearFormInference`.
+    warm_start : int, optional
+        Rounds of the own estimator's warm start (default ``DEFAULT_WARM_START_ROUNDS``).
+    **sgd_kwargs
+        ``step_scale``, ``step_offset``, ``step_decay`` of the own estimator.
+
+    ``info["parameter_inference"]`` after each step holds ``n_obs`` and, once inference has
+    started, ``sigma2`` (K,) and ``standard_error`` (a dict target → (K,)): values that need
+    no SVD.  Point estimates need the top-r projection: read them with :meth:`interval`.
+    """
+
+    _vector = False
+
+    def __init__(
+        self,
+        env: gym.Env,
+        targets,
+        rank: int = 3,
+        *,
+        estimator=None,
+        propensity_fn=None,
+        projection: str = "tangent",
+        warm_start=None,
+        **sgd_kwargs,
+    ):
+        RecordConstructorArgs.__init__(
+            self,
+            targets=targets,
+            rank=rank,
+            estimator=estimator,
+            propensity_fn=propensity_fn,
+            projection=projection,
+            warm_start=warm_start,
+            **sgd_kwargs,
+        )
+        gym.Wrapper.__init__(self, env)
+        self._init_parameter(
+            env, targets, rank, estimator, propensity_fn, projection, warm_start, sgd_kwargs
+        )
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._set_obs(obs)
+        return obs, info
+
+    def step(self, action):
+        return self._watch_step(action, self.env.step)
+
+
+class VectorParameterInference(_ParameterMixin, VectorWrapper, RecordConstructorArgs):
+    """Vector twin of :class:`ParameterInference`: B independent sets of intervals.
+
+    Results are :class:`~inference.IntervalEstimate` objects whose fields are arrays of
+    shape ``(B,)``.
+    """
+
+    _vector = True
+
+    def __init__(
+        self,
+        env: VectorEnv,
+        targets,
+        rank: int = 3,
+        *,
+        estimator=None,
+        propensity_fn=None,
+        projection: str = "tangent",
+        warm_start=None,
+        **sgd_kwargs,
+    ):
+        RecordConstructorArgs.__init__(
+            self,
+            targets=targets,
+            rank=rank,
+            estimator=estimator,
+            propensity_fn=propensity_fn,
+            projection=projection,
+            warm_start=warm_start,
+            **sgd_kwargs,
+        )
+        VectorWrapper.__init__(self, env)
+        self._init_parameter(
+            env, targets, rank, estimator, propensity_fn, projection, warm_start, sgd_kwargs
+        )
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._set_obs(obs)
+        return obs, info
+
+    def step(self, actions):
+        return self._watch_step(actions, self.env.step)
+
+
+class ValueInference(_ValueMixin, gym.Wrapper, RecordConstructorArgs):
+    """Online confidence interval and test for the optimal policy value ``V*`` (Section 4).
+
+    Parameters are those of :class:`ParameterInference` without ``targets`` and
+    ``projection``, plus ``propensities``: "known" (the reported pmf) or "estimated"
+    (Appendix A: the pmf is an estimate, e.g. an ensemble's model fractions).
+    ``info["value_inference"]`` holds the running ``V̂_n``, its standard error and ``n_obs``.
+    """
+
+    _vector = False
+
+    def __init__(
+        self,
+        env: gym.Env,
+        rank: int = 3,
+        *,
+        estimator=None,
+        propensity_fn=None,
+        propensities: str = "known",
+        warm_start=None,
+        **sgd_kwargs,
+    ):
+        RecordConstructorArgs.__init__(
+            self,
+            rank=rank,
+            estimator=estimator,
+            propensity_fn=propensity_fn,
+            propensities=propensities,
+            warm_start=warm_start,
+            **sgd_kwargs,
+        )
+        gym.Wrapper.__init__(self, env)
+        self._init_value(env, rank, estimator, propensity_fn, propensities, warm_start, sgd_kwargs)
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._set_obs(obs)
+        return obs, info
+
+    def step(self, action):
+        return self._watch_step(action, self.env.step)
+
+
+class VectorValueInference(_ValueMixin, VectorWrapper, RecordConstructorArgs):
+    """Vector twin of :class:`ValueInference`."""
+
+    _vector = True
+
+    def __init__(
+        self,
+        env: VectorEnv,
+        rank: int = 3,
+        *,
+        estimator=None,
+        propensity_fn=None,
+        propensities: str = "known",
+        warm_start=None,
+        **sgd_kwargs,
+    ):
+        RecordConstructorArgs.__init__(
+            self,
+            rank=rank,
+            estimator=estimator,
+            propensity_fn=propensity_fn,
+            propensities=propensities,
+            warm_start=warm_start,
+            **sgd_kwargs,
+        )
+        VectorWrapper.__init__(self, env)
+        self._init_value(env, rank, estimator, propensity_fn, propensities, warm_start, sgd_kwargs)
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._set_obs(obs)
+        return obs, info
+
+    def step(self, actions):
+        return self._watch_step(actions, self.env.step)

@@ -1,0 +1,278 @@
+"""Monte Carlo studies of the online intervals: the engine of the validity tests and of
+``lrbandit reproduce``.
+
+A study runs B trials at once on the vector environment, with a batched ε-greedy low-rank
+agent and the inference wrappers sharing its estimator (the paper's procedure, ALGORITHMS.md
+§6), and records every interval at chosen checkpoints ``n`` (one run of 3000 rounds gives
+n = 1000, 2000 and 3000).  Trials are processed in chunks of fixed size whose seeds are
+spawned from one ``SeedSequence``, so results do not depend on how chunks are scheduled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats
+
+__all__ = [
+    "StudyConfig",
+    "paper_targets",
+    "run_chunk",
+    "run_study",
+    "summarize_parameters",
+    "summarize_value",
+]
+
+
+def paper_targets(d1: int, d2: int) -> dict[str, np.ndarray]:
+    """The paper's ``T1 = e1e1ᵀ`` and ``T2 = e1e1ᵀ + 2e2e2ᵀ − 3e3e3ᵀ`` (Section 5)."""
+    t1 = np.zeros((d1, d2))
+    t1[0, 0] = 1.0
+    t2 = t1.copy()
+    t2[1, 1] = 2.0
+    t2[2, 2] = -3.0
+    return {"T1": t1, "T2": t2}
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """One simulation setting (defaults: the paper's Table 1, ALGORITHMS.md §6)."""
+
+    d1: int = 50
+    d2: int = 50
+    rank: int = 3
+    n_actions: int = 2
+    noise_std: float = 0.1
+    singular_values: float | tuple = 1.0
+    truth_seed: int = 0
+    epsilon: float = 0.1
+    epsilon_decay: float = 0.0
+    warm_start: int | None = None  # None: agents.DEFAULT_WARM_START_ROUNDS
+    checkpoints: tuple[int, ...] = (1000, 2000, 3000)
+    targets: str | None = "paper"  # "paper" for T1/T2; None for no parameter inference
+    projection: str = "tangent"
+    value: bool = False  # also run optimal-value inference
+    ablation: str | None = None  # negative controls, see inference.LinearFormInference
+    extra: dict = field(default_factory=dict)
+
+    def replace(self, **changes) -> StudyConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _make_targets(config: StudyConfig) -> dict[str, np.ndarray] | None:
+    if config.targets is None:
+        return None
+    if config.targets == "paper":
+        return paper_targets(config.d1, config.d2)
+    raise ValueError(f"targets must be 'paper' or None; got {config.targets!r}")
+
+
+def run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]:
+    """Run ``n_trials`` trials in one batch and return the intervals at every checkpoint.
+
+    Returns arrays (leading axis: checkpoints) ``estimate``/``se`` of shape
+    ``(C, n_T, K, B)``, ``diff_estimate``/``diff_se`` ``(C, n_T, B)`` for ``M_1 − M_0``,
+    ``value_estimate``/``value_se`` ``(C, B)``, and the truths ``truth`` ``(n_T, K)`` and
+    ``optimal_value``.
+    """
+    import gymnasium as gym
+
+    import lrbandit_gym  # noqa: F401
+    from agents import EpsilonGreedy
+    from inference import LinearFormInference, VectorParameterInference, VectorValueInference
+
+    ss = np.random.SeedSequence(seed)
+    env_seed, agent_seed = ss.spawn(2)
+    venv = gym.make_vec(
+        "MatrixContextBandit-v0",
+        num_envs=n_trials,
+        vectorization_mode="vector_entry_point",
+        max_episode_steps=None,
+        d1=config.d1,
+        d2=config.d2,
+        rank=config.rank,
+        n_actions=config.n_actions,
+        noise_std=config.noise_std,
+        singular_values=np.asarray(config.singular_values),
+        truth_seed=config.truth_seed,
+    )
+    agent_kwargs = {} if config.warm_start is None else {"warm_start": config.warm_start}
+    agent = EpsilonGreedy(
+        venv,
+        rank=config.rank,
+        epsilon=config.epsilon,
+        decay=config.epsilon_decay,
+        seed=agent_seed,
+        **agent_kwargs,
+    )
+    env = venv
+    targets = _make_targets(config)
+    param = value = None
+    if targets is not None:
+        env = param = VectorParameterInference(
+            env, targets, estimator=agent.estimator, projection=config.projection
+        )
+        if config.ablation is not None:  # negative control: swap in an ablated core
+            param.core = LinearFormInference(
+                config.d1,
+                config.d2,
+                config.rank,
+                config.n_actions,
+                targets,
+                projection=config.projection,
+                n_trials=n_trials,
+                ablation=config.ablation,
+            )
+    if config.value:
+        env = value = VectorValueInference(env, estimator=agent.estimator)
+    base = venv.unwrapped
+    checkpoints = sorted(config.checkpoints)
+    n_c, k = len(checkpoints), config.n_actions
+    names = [] if targets is None else list(targets)
+    out = {
+        "estimate": np.full((n_c, len(names), k, n_trials), np.nan),
+        "se": np.full((n_c, len(names), k, n_trials), np.nan),
+        "diff_estimate": np.full((n_c, len(names), n_trials), np.nan),
+        "diff_se": np.full((n_c, len(names), n_trials), np.nan),
+        "value_estimate": np.full((n_c, n_trials), np.nan),
+        "value_se": np.full((n_c, n_trials), np.nan),
+        "truth": np.array([base.linear_form(targets[n]) for n in names]).reshape(len(names), k),
+        "optimal_value": np.array(base.optimal_value if config.value else np.nan),
+        "regret": np.zeros(n_trials),
+    }
+    obs, _ = env.reset(seed=int(env_seed.generate_state(1)[0]))
+    online = 0
+    while online < checkpoints[-1]:
+        decision = agent.act(obs)
+        next_obs, reward, _, _, info = env.step(decision)
+        was_online = not agent.in_warm_start
+        agent.update(obs, decision, reward)
+        obs = next_obs
+        if not was_online:
+            continue
+        online += 1
+        out["regret"] += info["regret"]
+        if online in checkpoints:
+            c = checkpoints.index(online)
+            for j, name in enumerate(names):
+                for arm in range(k):
+                    ci = param.interval(arm, name)
+                    out["estimate"][c, j, arm] = ci.estimate
+                    out["se"][c, j, arm] = ci.standard_error
+                if k >= 2:
+                    ci = param.difference(1, 0, name)
+                    out["diff_estimate"][c, j] = ci.estimate
+                    out["diff_se"][c, j] = ci.standard_error
+            if value is not None:
+                ci = value.interval()
+                out["value_estimate"][c] = ci.estimate
+                out["value_se"][c] = ci.standard_error
+    out["checkpoints"] = np.asarray(checkpoints)
+    return out
+
+
+def _concat(chunks: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    first = chunks[0]
+    merged = {}
+    for key, value in first.items():
+        if key in ("truth", "optimal_value", "checkpoints"):
+            merged[key] = value
+        else:
+            merged[key] = np.concatenate([c[key] for c in chunks], axis=-1)
+    return merged
+
+
+def run_study(
+    config: StudyConfig,
+    n_trials: int,
+    seed: int = 0,
+    batch_size: int = 250,
+    map_fn: Callable | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """Run ``n_trials`` trials in chunks of ``batch_size`` (the last may be smaller).
+
+    Chunk ``i`` is seeded by the ``i``-th child of ``SeedSequence(seed)``, whatever runs it:
+    ``map_fn(fn, list_of_args)`` (e.g. a process pool's or Ray's map) may schedule chunks
+    anywhere and the merged result is the same.
+    """
+    sizes = [batch_size] * (n_trials // batch_size)
+    if n_trials % batch_size:
+        sizes.append(n_trials % batch_size)
+    seeds = np.random.SeedSequence(seed).spawn(len(sizes))
+    jobs = [(config, size, s) for size, s in zip(sizes, seeds, strict=True)]
+    if map_fn is None:
+        chunks = []
+        for i, job in enumerate(jobs):
+            chunks.append(run_chunk(*job))
+            if progress is not None:
+                progress(i + 1, len(jobs))
+    else:
+        chunks = list(map_fn(_run_job, jobs))
+    return _concat(chunks)
+
+
+def _run_job(job):
+    return run_chunk(*job)
+
+
+def _coverage_stats(est, se, truth, confidence_level):
+    z = stats.norm.ppf(0.5 + confidence_level / 2)
+    ok = np.isfinite(est) & np.isfinite(se)
+    e, s = est[ok], se[ok]
+    covered = np.abs(e - truth) <= z * s
+    zs = (e - truth) / s
+    n = covered.size
+    cov = covered.mean() if n else np.nan
+    return {
+        "n": int(n),
+        "coverage": float(cov),
+        "coverage_mcse": float(np.sqrt(cov * (1 - cov) / n)) if n else np.nan,
+        "mean_length": float(np.mean(2 * z * s)) if n else np.nan,
+        "mse": float(np.mean((e - truth) ** 2)) if n else np.nan,
+        "z_mean": float(zs.mean()) if n else np.nan,
+        "z_mean_mcse": float(zs.std(ddof=1) / np.sqrt(n)) if n > 1 else np.nan,
+        "z_sd": float(zs.std(ddof=1)) if n > 1 else np.nan,
+        "z_sd_mcse": float(zs.std(ddof=1) / np.sqrt(2 * (n - 1))) if n > 1 else np.nan,
+    }
+
+
+def summarize_parameters(result: dict, confidence_level: float = 0.95) -> list[dict]:
+    """One row per checkpoint × target × (arm or difference) with coverage, length, MSE and
+    z-score moments, each with its Monte Carlo standard error."""
+    rows = []
+    names = ["T1", "T2"][: result["estimate"].shape[1]]
+    k = result["estimate"].shape[2]
+    for c, n in enumerate(result["checkpoints"]):
+        for j, name in enumerate(names):
+            for arm in range(k):
+                s = _coverage_stats(
+                    result["estimate"][c, j, arm],
+                    result["se"][c, j, arm],
+                    result["truth"][j, arm],
+                    confidence_level,
+                )
+                rows.append({"n": int(n), "target": name, "quantity": f"arm {arm}", **s})
+            truth = result["truth"][j, 1] - result["truth"][j, 0]
+            s = _coverage_stats(
+                result["diff_estimate"][c, j], result["diff_se"][c, j], truth, confidence_level
+            )
+            rows.append({"n": int(n), "target": name, "quantity": "arm 1 - arm 0", **s})
+    return rows
+
+
+def summarize_value(result: dict, confidence_level: float = 0.95) -> list[dict]:
+    """Coverage and z-score moments of the optimal-value interval at every checkpoint."""
+    rows = []
+    for c, n in enumerate(result["checkpoints"]):
+        s = _coverage_stats(
+            result["value_estimate"][c],
+            result["value_se"][c],
+            float(result["optimal_value"]),
+            confidence_level,
+        )
+        rows.append({"n": int(n), "target": "V*", "quantity": "optimal value", **s})
+    return rows

@@ -66,18 +66,28 @@ def problem_shape(
                 )
             found[name] = getattr(base, name)
         found["n_trials"] = getattr(env, "num_envs", None) if hasattr(base, "num_envs") else None
-        given = {"d1": d1, "d2": d2, "n_actions": n_actions, "context": context,
-                 "n_trials": n_trials}
+        given = {
+            "d1": d1,
+            "d2": d2,
+            "n_actions": n_actions,
+            "context": context,
+            "n_trials": n_trials,
+        }
         for name, value in given.items():
             if value is not None and value != found[name]:
-                raise ValueError(f"{name}={value!r} disagrees with the environment's {found[name]!r}")
+                raise ValueError(
+                    f"{name}={value!r} disagrees with the environment's {found[name]!r}"
+                )
         return ProblemShape(**found)
     missing = [n for n, v in (("d1", d1), ("d2", d2)) if v is None]
     if missing:
         raise ValueError(f"without an env, pass the sizes explicitly; missing {missing}")
     return ProblemShape(
-        int(d1), int(d2), 2 if n_actions is None else int(n_actions),
-        "gaussian" if context is None else context, n_trials,
+        int(d1),
+        int(d2),
+        2 if n_actions is None else int(n_actions),
+        "gaussian" if context is None else context,
+        n_trials,
     )
 
 
@@ -96,10 +106,12 @@ class PolicyBase(ABC):
     :meth:`_learn`.
     """
 
-    def __init__(self, env=None, *, seed=None, d1=None, d2=None, n_actions=None,
-                 context=None, n_trials=None):
-        self.shape = problem_shape(env, d1=d1, d2=d2, n_actions=n_actions, context=context,
-                                   n_trials=n_trials)
+    def __init__(
+        self, env=None, *, seed=None, d1=None, d2=None, n_actions=None, context=None, n_trials=None
+    ):
+        self.shape = problem_shape(
+            env, d1=d1, d2=d2, n_actions=n_actions, context=context, n_trials=n_trials
+        )
         self.d1, self.d2 = self.shape.d1, self.shape.d2
         self.n_actions = self.shape.n_actions
         self.context = self.shape.context

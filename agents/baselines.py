@@ -51,8 +51,16 @@ class LinearEpsilonGreedy(PolicyBase):
     ``p = d1·d2``; memory ``O(K p²)`` per trial, checked against ``max_memory_bytes``).
     """
 
-    def __init__(self, env=None, *, epsilon: float = 0.1, ridge: float = 1.0,
-                 max_memory_bytes: int = 2**31, seed=None, **sizes: Any):
+    def __init__(
+        self,
+        env=None,
+        *,
+        epsilon: float = 0.1,
+        ridge: float = 1.0,
+        max_memory_bytes: int = 2**31,
+        seed=None,
+        **sizes: Any,
+    ):
         super().__init__(env, seed=seed, **sizes)
         if not (0.0 < float(epsilon) <= 1.0):
             raise ValueError(f"epsilon must be in (0, 1]; got {epsilon!r}")

@@ -57,8 +57,14 @@ class LowRankPolicy(PolicyBase):
     ):
         super().__init__(env, seed=seed, **sizes)
         self.estimator = LowRankSGD(
-            self.d1, self.d2, rank, self.n_actions, n_trials=self.n_trials,
-            context=self.context, step_scale=step_scale, step_offset=step_offset,
+            self.d1,
+            self.d2,
+            rank,
+            self.n_actions,
+            n_trials=self.n_trials,
+            context=self.context,
+            step_scale=step_scale,
+            step_offset=step_offset,
             step_decay=step_decay,
         )
         self.rank = self.estimator.rank
@@ -107,12 +113,13 @@ class LowRankPolicy(PolicyBase):
                 "decision must carry propensities (pass the Decision returned by act())"
             )
         b = self.n_trials
-        props = check_propensities(props if b is not None else props[0], actions,
-                                   self.n_actions, b)
+        props = check_propensities(props if b is not None else props[0], actions, self.n_actions, b)
         if self.in_warm_start:
-            self._buffer.add(x if b is not None else x[0],
-                             actions if b is not None else int(actions[0]),
-                             rewards if b is not None else float(rewards[0]))
+            self._buffer.add(
+                x if b is not None else x[0],
+                actions if b is not None else int(actions[0]),
+                rewards if b is not None else float(rewards[0]),
+            )
             if self._buffer.full:
                 self.estimator.initialize(self._buffer.fit(context=self.context, rank=self.rank))
                 self._buffer = None  # the bounded buffer is only needed once

@@ -20,6 +20,7 @@ from scipy import stats
 __all__ = [
     "StudyConfig",
     "paper_targets",
+    "process_map",
     "run_chunk",
     "run_study",
     "summarize_parameters",
@@ -50,12 +51,15 @@ class StudyConfig:
     truth_seed: int = 0
     epsilon: float = 0.1
     epsilon_decay: float = 0.0
+    step_scale: float = 0.1  # c_η of Algorithm 1 (the paper's 0.1 assumes ‖M_a‖ = 1)
     warm_start: int | None = None  # None: agents.DEFAULT_WARM_START_ROUNDS
     checkpoints: tuple[int, ...] = (1000, 2000, 3000)
     targets: str | None = "paper"  # "paper" for T1/T2; None for no parameter inference
     projection: str = "tangent"
     value: bool = False  # also run optimal-value inference
-    ablation: str | None = None  # negative controls, see inference.LinearFormInference
+    #: Extra inference variants fed the same trajectories: "paper"/"tangent" (the other
+    #: projection) and the negative controls "no_ipw"/"no_debias" (LinearFormInference).
+    variants: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
 
     def replace(self, **changes) -> StudyConfig:
@@ -78,13 +82,22 @@ def run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]
     ``value_estimate``/``value_se`` ``(C, B)``, and the truths ``truth`` ``(n_T, K)`` and
     ``optimal_value``.
     """
+    from threadpoolctl import threadpool_limits
+
+    # One BLAS thread: multi-threaded reductions round differently, and the same seed must
+    # give the same numbers on one process, many, or a Ray cluster.
+    with threadpool_limits(1):
+        return _run_chunk(config, n_trials, seed)
+
+
+def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]:
     import gymnasium as gym
 
     import lrbandit_gym  # noqa: F401
     from agents import EpsilonGreedy
     from inference import LinearFormInference, VectorParameterInference, VectorValueInference
 
-    ss = np.random.SeedSequence(seed)
+    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     env_seed, agent_seed = ss.spawn(2)
     venv = gym.make_vec(
         "MatrixContextBandit-v0",
@@ -102,6 +115,7 @@ def run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]
     agent_kwargs = {} if config.warm_start is None else {"warm_start": config.warm_start}
     agent = EpsilonGreedy(
         venv,
+        step_scale=config.step_scale,
         rank=config.rank,
         epsilon=config.epsilon,
         decay=config.epsilon_decay,
@@ -110,22 +124,28 @@ def run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]
     )
     env = venv
     targets = _make_targets(config)
-    param = value = None
+    cores = {}  # variant name -> wrapper; "" is the study's own procedure
+    value = None
     if targets is not None:
-        env = param = VectorParameterInference(
-            env, targets, estimator=agent.estimator, projection=config.projection
-        )
-        if config.ablation is not None:  # negative control: swap in an ablated core
-            param.core = LinearFormInference(
-                config.d1,
-                config.d2,
-                config.rank,
-                config.n_actions,
-                targets,
-                projection=config.projection,
-                n_trials=n_trials,
-                ablation=config.ablation,
+        for variant in ("",) + tuple(config.variants):
+            projection = variant if variant in ("paper", "tangent") else config.projection
+            env = wrapper = VectorParameterInference(
+                env, targets, estimator=agent.estimator, projection=projection
             )
+            if variant in ("no_ipw", "no_debias"):  # negative control: an ablated core
+                wrapper.core = LinearFormInference(
+                    config.d1,
+                    config.d2,
+                    config.rank,
+                    config.n_actions,
+                    targets,
+                    projection=projection,
+                    n_trials=n_trials,
+                    ablation=variant,
+                )
+            elif variant not in ("", "paper", "tangent"):
+                raise ValueError(f"unknown study variant {variant!r}")
+            cores[variant] = wrapper
     if config.value:
         env = value = VectorValueInference(env, estimator=agent.estimator)
     base = venv.unwrapped
@@ -133,16 +153,18 @@ def run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]
     n_c, k = len(checkpoints), config.n_actions
     names = [] if targets is None else list(targets)
     out = {
-        "estimate": np.full((n_c, len(names), k, n_trials), np.nan),
-        "se": np.full((n_c, len(names), k, n_trials), np.nan),
-        "diff_estimate": np.full((n_c, len(names), n_trials), np.nan),
-        "diff_se": np.full((n_c, len(names), n_trials), np.nan),
         "value_estimate": np.full((n_c, n_trials), np.nan),
         "value_se": np.full((n_c, n_trials), np.nan),
         "truth": np.array([base.linear_form(targets[n]) for n in names]).reshape(len(names), k),
         "optimal_value": np.array(base.optimal_value if config.value else np.nan),
         "regret": np.zeros(n_trials),
     }
+    for variant in cores:
+        p = f"{variant}:" if variant else ""
+        out[p + "estimate"] = np.full((n_c, len(names), k, n_trials), np.nan)
+        out[p + "se"] = np.full((n_c, len(names), k, n_trials), np.nan)
+        out[p + "diff_estimate"] = np.full((n_c, len(names), n_trials), np.nan)
+        out[p + "diff_se"] = np.full((n_c, len(names), n_trials), np.nan)
     obs, _ = env.reset(seed=int(env_seed.generate_state(1)[0]))
     online = 0
     while online < checkpoints[-1]:
@@ -155,21 +177,23 @@ def run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]
             continue
         online += 1
         out["regret"] += info["regret"]
-        if online in checkpoints:
-            c = checkpoints.index(online)
+        if online not in checkpoints:
+            continue
+        c = checkpoints.index(online)
+        for variant, param in cores.items():
+            p = f"{variant}:" if variant else ""
             for j, name in enumerate(names):
                 for arm in range(k):
                     ci = param.interval(arm, name)
-                    out["estimate"][c, j, arm] = ci.estimate
-                    out["se"][c, j, arm] = ci.standard_error
-                if k >= 2:
-                    ci = param.difference(1, 0, name)
-                    out["diff_estimate"][c, j] = ci.estimate
-                    out["diff_se"][c, j] = ci.standard_error
-            if value is not None:
-                ci = value.interval()
-                out["value_estimate"][c] = ci.estimate
-                out["value_se"][c] = ci.standard_error
+                    out[p + "estimate"][c, j, arm] = ci.estimate
+                    out[p + "se"][c, j, arm] = ci.standard_error
+                ci = param.difference(1, 0, name)
+                out[p + "diff_estimate"][c, j] = ci.estimate
+                out[p + "diff_se"][c, j] = ci.standard_error
+        if value is not None:
+            ci = value.interval()
+            out["value_estimate"][c] = ci.estimate
+            out["value_se"][c] = ci.standard_error
     out["checkpoints"] = np.asarray(checkpoints)
     return out
 
@@ -219,6 +243,24 @@ def _run_job(job):
     return run_chunk(*job)
 
 
+def _single_threaded_blas() -> None:
+    """Worker initializer: one BLAS thread per process (2 processes on 2 cores, not 2×2)."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+
+
+def process_map(jobs: int):
+    """A ``map_fn`` for :func:`run_study` that runs chunks on ``jobs`` local processes."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    def map_fn(fn, items):
+        with ProcessPoolExecutor(jobs, initializer=_single_threaded_blas) as pool:
+            return list(pool.map(fn, items))
+
+    return map_fn
+
+
 def _coverage_stats(est, se, truth, confidence_level):
     z = stats.norm.ppf(0.5 + confidence_level / 2)
     ok = np.isfinite(est) & np.isfinite(se)
@@ -240,25 +282,32 @@ def _coverage_stats(est, se, truth, confidence_level):
     }
 
 
-def summarize_parameters(result: dict, confidence_level: float = 0.95) -> list[dict]:
+def summarize_parameters(
+    result: dict, confidence_level: float = 0.95, variant: str = ""
+) -> list[dict]:
     """One row per checkpoint × target × (arm or difference) with coverage, length, MSE and
-    z-score moments, each with its Monte Carlo standard error."""
+    z-score moments, each with its Monte Carlo standard error (``variant``: see
+    :attr:`StudyConfig.variants`; "" is the study's own procedure)."""
+    p = f"{variant}:" if variant else ""
     rows = []
-    names = ["T1", "T2"][: result["estimate"].shape[1]]
-    k = result["estimate"].shape[2]
+    names = ["T1", "T2"][: result[p + "estimate"].shape[1]]
+    k = result[p + "estimate"].shape[2]
     for c, n in enumerate(result["checkpoints"]):
         for j, name in enumerate(names):
             for arm in range(k):
                 s = _coverage_stats(
-                    result["estimate"][c, j, arm],
-                    result["se"][c, j, arm],
+                    result[p + "estimate"][c, j, arm],
+                    result[p + "se"][c, j, arm],
                     result["truth"][j, arm],
                     confidence_level,
                 )
                 rows.append({"n": int(n), "target": name, "quantity": f"arm {arm}", **s})
             truth = result["truth"][j, 1] - result["truth"][j, 0]
             s = _coverage_stats(
-                result["diff_estimate"][c, j], result["diff_se"][c, j], truth, confidence_level
+                result[p + "diff_estimate"][c, j],
+                result[p + "diff_se"][c, j],
+                truth,
+                confidence_level,
             )
             rows.append({"n": int(n), "target": name, "quantity": "arm 1 - arm 0", **s})
     return rows

@@ -78,6 +78,15 @@ _CHOL_FLOOR = 1e-6
 _TARGET_FLOOR = 1e-13
 
 
+def _diagonal_basis_transform(F: np.ndarray) -> np.ndarray:
+    """``S = diag(FᵀF)^{-1/2}`` for factors with orthogonal columns (zero columns stay 0)."""
+    sq = np.einsum("bir,bir->br", F, F)
+    top = sq.max(axis=-1, keepdims=True)
+    keep = (sq > _EIG_FLOOR * top) & (top > 0)
+    inv = np.where(keep, 1.0 / np.sqrt(np.where(keep, sq, 1.0)), 0.0)
+    return inv[:, :, None] * np.eye(F.shape[-1])
+
+
 def _basis_transform(F: np.ndarray) -> np.ndarray:
     """``r x r`` matrices ``S`` such that ``Q = F S`` is an orthonormal basis of ``col(F)``.
 
@@ -265,8 +274,13 @@ class _DebiasedLinearForm:
         action: np.ndarray,
         reward: np.ndarray,
         weight: np.ndarray,
+        balanced: bool = False,
     ) -> None:
         """Absorb one validated round (batched layout).
+
+        ``balanced=True`` promises ``UᵀU`` and ``VᵀV`` diagonal (as
+        :class:`agents.LowRankSGD` stores them), so the orthonormal bases are ``U D^{-1/2}``
+        without a Cholesky factorisation.
 
         ``weight[b]`` is the inverse-propensity weight of the pulled arm ``action[b]``;
         0 keeps the round out of the correction, ``sigma^2`` and ``S^2`` sums.
@@ -302,8 +316,11 @@ class _DebiasedLinearForm:
         # 2. The pulled arm: residual and orthonormal bases from r x r Gram matrices.
         Ua = U[trials, action]  # (B, d1, r)
         Va = V[trials, action]  # (B, d2, r)
-        Su = _basis_transform(Ua)  # Q_U = U Su
-        Sv = _basis_transform(Va)  # Q_V = V Sv
+        if balanced:
+            Su, Sv = _diagonal_basis_transform(Ua), _diagonal_basis_transform(Va)
+        else:
+            Su = _basis_transform(Ua)  # Q_U = U Su
+            Sv = _basis_transform(Va)  # Q_V = V Sv
         XV = np.matmul(X, Va)  # (B, d1, r)
         pred = np.einsum("bir,bir->b", Ua, XV)
         res = reward - pred
@@ -691,7 +708,11 @@ class LinearFormInference(_DebiasedLinearForm):
         a = check_actions(action, self.n_actions, self.n_trials)
         y = check_batch_vector(reward, self.n_trials, "reward")
         p = check_propensities(propensities, a, self.n_actions, self.n_trials)
+        self._update_validated(Ub, Vb, Xb, a, y, p)
+
+    def _update_validated(self, U, V, X, a, y, p, balanced: bool = False) -> None:
+        """:meth:`update` on validated batched arrays (the wrappers' path)."""
         weight = 1.0 / p[np.arange(self._B), a]
         if self.ablation == "no_ipw":
             weight = np.ones_like(weight)
-        self._absorb(Ub, Vb, Xb, a, y, weight)
+        self._absorb(U, V, X, a, y, weight, balanced=balanced)

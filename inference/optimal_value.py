@@ -146,15 +146,19 @@ class OptimalValueInference:
         ValueError
             On any malformed input; the object is then unchanged.
         """
-        K, B = self.n_actions, self._B
+        K = self.n_actions
         pred = check_matrix_stack(predictions, (K,), self.n_trials, "predictions")
         a = check_actions(action, K, self.n_trials)
         y = check_batch_vector(reward, self.n_trials, "reward")
         known = self.propensities == "known"
         p = check_propensities(propensities, a, K, self.n_trials, require_chosen_positive=known)
-        trials = np.arange(B)
+        self._check_hat(pred, p)
+        self._absorb(pred, a, y, p)
+
+    def _check_hat(self, pred: np.ndarray, p: np.ndarray) -> None:
+        """Raise unless ``pi_t(a_hat_t) > 0`` (batched arrays ``(B, K)``)."""
         a_hat = np.argmax(pred, axis=1)
-        p_hat = p[trials, a_hat]  # 1 - e_t
+        p_hat = p[np.arange(p.shape[0]), a_hat]  # 1 - e_t
         if not (p_hat > 0).all():
             i = int(np.argmax(~(p_hat > 0)))
             where = f" (trial {i})" if self.batched else ""
@@ -164,10 +168,15 @@ class OptimalValueInference:
                 f"propensities[{int(a_hat[i])}] = {p_hat[i]!r}{where}: the value estimator "
                 f"weights by 1/(1 - e_t) = 1/pi_t(a_hat_t)"
             )
-        # All inputs valid: update the running sums.
+
+    def _absorb(self, pred: np.ndarray, a: np.ndarray, y: np.ndarray, p: np.ndarray) -> None:
+        """Update the running sums from validated batched arrays (``pred``, ``p``: (B, K))."""
+        trials = np.arange(self._B)
+        a_hat = np.argmax(pred, axis=1)
+        p_hat = p[trials, a_hat]
         q = pred[trials, a_hat]
         res = y - pred[trials, a]
-        if known:
+        if self.propensities == "known":
             self._sigma_num[trials, a] += res * res / p[trials, a]
             self._pulls[trials, a] += 1
             sigma2_t = self._sigma_num[trials, a_hat] / (self._n + 1)

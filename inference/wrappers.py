@@ -60,13 +60,6 @@ class _Watcher:
     def _setup(self, env, rank, estimator, propensity_fn, warm_start, sgd_kwargs) -> None:
         base = env.unwrapped
         self._shape = problem_shape(base)
-        if self._vector and not isinstance(base, VectorEnv):
-            raise ValueError(f"{type(self).__name__} wraps a vector env; got {type(base).__name__}")
-        if not self._vector and isinstance(base, VectorEnv):
-            twin = "Vector" + type(self).__name__
-            raise ValueError(
-                f"{type(self).__name__} wraps a single env; use {twin} for a vector env"
-            )
         self.d1, self.d2 = self._shape.d1, self._shape.d2
         self.n_actions = self._shape.n_actions
         self.n_trials = self._shape.n_trials if self._vector else None
@@ -111,6 +104,17 @@ class _Watcher:
         self.rounds_seen = 0
         self.rounds_skipped = 0
 
+    @classmethod
+    def _check_kind(cls, env) -> None:
+        """Refuse the wrong kind of environment before any wrapper state exists."""
+        is_vector = isinstance(getattr(env, "unwrapped", env), VectorEnv)
+        if cls._vector and not is_vector:
+            raise ValueError(f"{cls.__name__} wraps a vector env; got {type(env).__name__}")
+        if not cls._vector and is_vector:
+            raise ValueError(
+                f"{cls.__name__} wraps a single env; use Vector{cls.__name__} for a vector env"
+            )
+
     @staticmethod
     def _inner_estimator(env):
         while env is not None:
@@ -144,6 +148,8 @@ class _Watcher:
         if ((actions < 0) | (actions >= self.n_actions)).any():
             raise ValueError(f"action must be in [0, {self.n_actions}); got {arm!r}")
         props = check_propensities(props, actions, self.n_actions, b)
+        if not np.isfinite(self._x).all():
+            raise ValueError("the context the environment returned is not finite (NaN or inf)")
         return actions, props
 
     @staticmethod
@@ -186,7 +192,7 @@ class _Watcher:
         actions, props = self._resolve(action)
         x = self._x
         ready = self._estimate_ready()
-        snapshot = self._snapshot(x) if ready else None
+        snapshot = self._snapshot(x, props) if ready else None
         obs, reward, terminated, truncated, info = inner_step(action)
         rewards = self._check_reward(reward, self.n_trials)
         # The step has happened; a NaN reward from the environment must not reach the sums.
@@ -279,17 +285,19 @@ class _ParameterMixin(_Watcher):
         )
         self.target_names = self.core.target_names
 
-    def _snapshot(self, x):
+    def _snapshot(self, x, props):
         u, v = self.estimator.factors
         return np.array(u, copy=True), np.array(v, copy=True)
 
     def _absorb(self, snapshot, x, actions, rewards, props):
         u, v = snapshot
-        b = self.n_trials
-        if b is None:
-            self.core.update(u, v, x, int(actions[0]), float(rewards[0]), props[0])
-        else:
-            self.core.update(u, v, x, actions, rewards, props)
+        if self.n_trials is None:
+            u, v, x = u[None], v[None], x[None]
+        # Inputs were validated before the step (decision, reward); the factors come from a
+        # LowRankSGD, which stores them balanced.
+        self.core._update_validated(
+            u, v, x, actions, rewards, props, balanced=isinstance(self.estimator, LowRankSGD)
+        )
 
     def _running_info(self) -> dict[str, Any]:
         n = self.core.n_obs
@@ -363,14 +371,13 @@ class _ValueMixin(_Watcher):
             self.n_actions, n_trials=self.n_trials, propensities=propensities
         )
 
-    def _snapshot(self, x):
-        return np.array(self.estimator.predict(x), copy=True)
+    def _snapshot(self, x, props):
+        pred = np.array(self.estimator.predict(x), ndmin=2)
+        self.core._check_hat(pred, props)  # before the step: a zero 1/(1 - e_t) is refused
+        return pred
 
     def _absorb(self, predictions, x, actions, rewards, props):
-        if self.n_trials is None:
-            self.core.update(predictions, int(actions[0]), float(rewards[0]), props[0])
-        else:
-            self.core.update(predictions, actions, rewards, props)
+        self.core._absorb(predictions, actions, rewards, props)
 
     def _running_info(self) -> dict[str, Any]:
         n = self.core.n_obs
@@ -465,6 +472,7 @@ class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
         warm_start=None,
         **sgd_kwargs,
     ):
+        self._check_kind(env)
         RecordConstructorArgs.__init__(
             self,
             targets=targets,
@@ -510,6 +518,7 @@ class VectorParameterInference(_ParameterMixin, VectorWrapper, RecordConstructor
         warm_start=None,
         **sgd_kwargs,
     ):
+        self._check_kind(env)
         RecordConstructorArgs.__init__(
             self,
             targets=targets,
@@ -556,6 +565,7 @@ class ValueInference(_ValueMixin, gym.Wrapper, RecordConstructorArgs):
         warm_start=None,
         **sgd_kwargs,
     ):
+        self._check_kind(env)
         RecordConstructorArgs.__init__(
             self,
             rank=rank,
@@ -593,6 +603,7 @@ class VectorValueInference(_ValueMixin, VectorWrapper, RecordConstructorArgs):
         warm_start=None,
         **sgd_kwargs,
     ):
+        self._check_kind(env)
         RecordConstructorArgs.__init__(
             self,
             rank=rank,

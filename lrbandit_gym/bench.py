@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["best_times", "bench_env"]
+__all__ = ["bench_agents", "bench_env", "bench_inference", "best_times"]
 
 
 def best_times(fns: dict[str, Callable[[], object]], number: int, repeat: int = 7) -> dict:
@@ -75,3 +75,126 @@ def bench_env(d: int = 50, num_envs: int = 1000, seed: int = 0) -> dict[str, flo
         "single_draw": single_draw,
         "single_added_us": (single_step - single_draw) * 1e6,
     }
+
+
+def _paper_agent(env, n_trials=None):
+    """An ε-greedy agent on ``env`` started near the truth (benchmarks time steady state)."""
+    from agents import EpsilonGreedy
+
+    truth = env.unwrapped.true_params
+    init = truth + 0.01 * np.random.default_rng(0).standard_normal(truth.shape)
+    return EpsilonGreedy(env, rank=env.unwrapped.rank, epsilon=0.1, M_init=init, seed=0)
+
+
+def bench_agents(d_large: int = 500, d: int = 50, num_envs: int = 1000, seed: int = 0) -> dict:
+    """LowRankSGD at ``d_large`` against the naive full-SVD update of eq. (8), and one batched
+    ε-greedy round (act + update) at ``B = num_envs`` against drawing the contexts.
+
+    Targets: ``sgd_speedup ≥ 50`` and ``batched_ratio ≤ 3``.
+    """
+    import gymnasium as gym
+
+    from agents.benchmark import bench_estimator
+
+    est = bench_estimator(d=d_large, rank=3, seed=seed)
+    venv = gym.make_vec(
+        "MatrixContextBandit-v0",
+        num_envs=num_envs,
+        vectorization_mode="vector_entry_point",
+        d1=d,
+        d2=d,
+        max_episode_steps=None,
+    )
+    agent = _paper_agent(venv)
+    obs, _ = venv.reset(seed=seed)
+    state = {"obs": obs}
+    rng = np.random.default_rng(seed)
+
+    def agent_round():
+        o = state["obs"]
+        decision = agent.act(o)
+        nxt, reward, *_ = venv.step(decision)
+        agent.update(o, decision, reward)
+        state["obs"] = nxt
+
+    def env_round():
+        state["obs"] = venv.step(rng.integers(0, 2, num_envs))[0]
+
+    t = best_times(
+        {
+            "draw": lambda: rng.standard_normal((num_envs, d, d)),
+            "env": env_round,
+            "round": agent_round,
+        },
+        number=5,
+    )
+    agent_cost = t["round"] - t["env"]
+    return {
+        "d_large": d_large,
+        "sgd_update": est["lowrank_s_per_round"],
+        "naive_update": est["naive_s_per_round"],
+        "sgd_speedup": est["speedup"],
+        "num_envs": num_envs,
+        "draw": t["draw"],
+        "agent_round": agent_cost,
+        "batched_ratio": agent_cost / t["draw"],
+    }
+
+
+def bench_inference(d: int = 50, num_envs: int = 1000, seed: int = 0) -> dict:
+    """Both inference wrappers (two targets, sharing the agent's estimator) against one
+    LowRankSGD round (single env; target ≤ 3×), and on the vector env against drawing the
+    contexts (target ≤ 2×).  A wrapper's cost is its wrapped step minus the bare env step.
+    """
+    import gymnasium as gym
+
+    from inference import (
+        ParameterInference,
+        ValueInference,
+        VectorParameterInference,
+        VectorValueInference,
+    )
+    from lrbandit_gym.studies import paper_targets
+
+    targets = paper_targets(d, d)
+    rng = np.random.default_rng(seed)
+    out: dict[str, float] = {"d": d, "num_envs": num_envs}
+    for vector in (False, True):
+        if vector:
+            env = gym.make_vec(
+                "MatrixContextBandit-v0",
+                num_envs=num_envs,
+                d1=d,
+                d2=d,
+                vectorization_mode="vector_entry_point",
+                max_episode_steps=None,
+            )
+        else:
+            env = gym.make("MatrixContextBandit-v0", d1=d, d2=d, max_episode_steps=None)
+        agent = _paper_agent(env)
+        wrapper_cls = (
+            (VectorParameterInference, VectorValueInference)
+            if vector
+            else (ParameterInference, ValueInference)
+        )
+        wrapped = wrapper_cls[1](wrapper_cls[0](env, targets, estimator=agent.estimator))
+        obs, _ = wrapped.reset(seed=seed)
+        decision = agent.act(obs)
+        x = np.array(obs)
+        y = np.zeros(num_envs) if vector else 0.0
+        fns = {
+            "bare": lambda env=env, decision=decision: env.step(decision),
+            "wrapped": lambda wrapped=wrapped, decision=decision: wrapped.step(decision),
+            "sgd": lambda agent=agent, x=x, y=y, decision=decision: agent.estimator.update(
+                x, decision.action, y, decision.propensities
+            ),
+        }
+        if vector:
+            fns["draw"] = lambda: rng.standard_normal((num_envs, d, d))
+        t = best_times(fns, number=5 if vector else 300)
+        cost = t["wrapped"] - t["bare"]
+        if vector:
+            out.update(vector_wrappers=cost, vector_draw=t["draw"], vector_ratio=cost / t["draw"])
+        else:
+            out.update(single_wrappers=cost, single_sgd=t["sgd"], single_ratio=cost / t["sgd"])
+    return out

@@ -57,6 +57,27 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"  numpy draw of a context  {r['single_draw'] * 1e6:8.2f} us")
         print(f"  added by step            {r['single_added_us']:8.2f} us (target <= 15)")
         return 0
+    if args.what == "agents":
+        r = bench.bench_agents(d=args.d, num_envs=args.num_envs, seed=args.seed)
+        print(f"LowRankSGD update, d={r['d_large']}, r=3 (single trial):")
+        print(f"  balanced r x r update    {r['sgd_update'] * 1e3:8.3f} ms")
+        print(f"  naive full-SVD (eq. 8)   {r['naive_update'] * 1e3:8.3f} ms")
+        print(f"  speed-up                 {r['sgd_speedup']:8.1f} x  (target >= 50)")
+        print(f"batched epsilon-greedy round (act + update), B={r['num_envs']}, d={args.d}:")
+        print(f"  agent                    {r['agent_round'] * 1e3:8.2f} ms")
+        print(f"  numpy draw of contexts   {r['draw'] * 1e3:8.2f} ms")
+        print(f"  ratio                    {r['batched_ratio']:8.3f}   (target <= 3)")
+        return 0
+    if args.what == "inference":
+        r = bench.bench_inference(d=args.d, num_envs=args.num_envs, seed=args.seed)
+        print(f"both inference wrappers, two targets, shared estimator, d={r['d']}:")
+        print(f"  single env: wrappers     {r['single_wrappers'] * 1e6:8.1f} us")
+        print(f"  one LowRankSGD round     {r['single_sgd'] * 1e6:8.1f} us")
+        print(f"  ratio                    {r['single_ratio']:8.3f}   (target <= 3)")
+        print(f"  vector env B={r['num_envs']}: wrappers {r['vector_wrappers'] * 1e3:8.2f} ms")
+        print(f"  numpy draw of contexts   {r['vector_draw'] * 1e3:8.2f} ms")
+        print(f"  ratio                    {r['vector_ratio']:8.3f}   (target <= 2)")
+        return 0
     raise AssertionError(args.what)
 
 
@@ -71,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo_random)
 
     bench = sub.add_parser("bench", help="speed benchmarks")
-    bench.add_argument("what", choices=["env"])
+    bench.add_argument("what", choices=["env", "agents", "inference"])
     bench.add_argument("--d", type=int, default=50)
     bench.add_argument("--num-envs", type=int, default=1000)
     bench.add_argument("--seed", type=int, default=0)

@@ -5,41 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
-
 __all__ = ["main"]
 
 
-def _demo_random(args: argparse.Namespace) -> int:
-    """A short run of the environment with a uniformly random policy."""
-    import gymnasium as gym
+def _demo(args: argparse.Namespace) -> int:
+    """One online experiment with both inference wrappers (the README's main job)."""
+    from lrbandit_gym.demo import run_demo
 
-    import lrbandit_gym  # noqa: F401
-
-    env = gym.make("MatrixContextBandit-v0", max_episode_steps=args.rounds)
-    base = env.unwrapped
-    rng = np.random.default_rng(args.seed)
-    obs, _ = env.reset(seed=args.seed)
-    rewards, regrets, pulls = [], [], np.zeros(base.n_actions, dtype=int)
-    truncated = False
-    while not truncated:
-        action = int(rng.integers(base.n_actions))
-        obs, reward, _, truncated, info = env.step(action)
-        rewards.append(reward)
-        regrets.append(info["regret"])
-        pulls[action] += 1
-    print(
-        f"MatrixContextBandit-v0: d1={base.d1}, d2={base.d2}, rank={base.rank}, "
-        f"K={base.n_actions}, context={base.context}, noise_std={base.noise_std.tolist()}"
-    )
-    print(f"uniformly random policy, {len(rewards)} rounds, seed {args.seed}")
-    print(f"  pulls per arm          {pulls.tolist()}")
-    print(f"  mean reward            {np.mean(rewards):+.4f}")
-    print(f"  optimal value V*       {base.optimal_value:+.4f}  (exact)")
-    print(f"  cumulative regret      {np.sum(regrets):.2f}")
-    t1 = np.zeros((base.d1, base.d2))
-    t1[0, 0] = 1.0
-    print(f"  truth <M_a, e1e1ᵀ>     {np.round(base.linear_form(t1), 4).tolist()}")
+    run_demo(rounds=args.rounds, seed=args.seed, out=args.out, plot=not args.no_plot)
     return 0
 
 
@@ -81,15 +54,47 @@ def _bench(args: argparse.Namespace) -> int:
     raise AssertionError(args.what)
 
 
+def _reproduce(args: argparse.Namespace) -> int:
+    from lrbandit_gym.reproduce import reproduce
+
+    trials = args.trials if args.trials is not None else 5000
+    reproduce(
+        args.study,
+        trials=trials,
+        n=tuple(args.n),
+        seed=args.seed,
+        out=args.out,
+        jobs=args.jobs,
+        backend=args.backend,
+        batch_size=args.batch_size,
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lrbandit", description="Matrix-context bandits and online inference."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="a short run of MatrixContextBandit-v0 with a report")
-    demo.add_argument("--rounds", type=int, default=1000)
+    demo = sub.add_parser(
+        "demo", help="an online experiment whose confidence intervals update as it plays"
+    )
+    demo.add_argument("--rounds", type=int, default=3000, help="online rounds after warm start")
     demo.add_argument("--seed", type=int, default=0)
-    demo.set_defaults(func=_demo_random)
+    demo.add_argument("--out", default="lrbandit-out", help="folder for the figure")
+    demo.add_argument("--no-plot", action="store_true", help="do not save the figure")
+    demo.set_defaults(func=_demo)
+
+    rep = sub.add_parser("reproduce", help="the paper's simulation studies")
+    rep.add_argument("study", choices=["table1", "table2", "table3", "value"])
+    rep.add_argument("--trials", type=int, default=None, help="default: the paper's 5000")
+    rep.add_argument("--n", type=int, nargs="+", default=[1000, 2000, 3000])
+    rep.add_argument("--seed", type=int, default=0)
+    rep.add_argument("--out", default="lrbandit-out")
+    rep.add_argument("--jobs", type=int, default=2)
+    rep.add_argument("--backend", choices=["local", "ray"], default="local")
+    rep.add_argument("--batch-size", type=int, default=125, help="trials per chunk")
+    rep.set_defaults(func=_reproduce)
 
     bench = sub.add_parser("bench", help="speed benchmarks")
     bench.add_argument("what", choices=["env", "agents", "inference"])

@@ -58,7 +58,8 @@ class StudyConfig:
     projection: str = "tangent"
     value: bool = False  # also run optimal-value inference
     #: Extra inference variants fed the same trajectories: "paper"/"tangent" (the other
-    #: projection) and the negative controls "no_ipw"/"no_debias" (LinearFormInference).
+    #: projection), the negative controls "no_ipw"/"no_debias" (LinearFormInference), and
+    #: "exploration_only" (the baseline of the paper's Table 3).
     variants: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict)
 
@@ -95,7 +96,12 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
 
     import lrbandit_gym  # noqa: F401
     from agents import EpsilonGreedy
-    from inference import LinearFormInference, VectorParameterInference, VectorValueInference
+    from inference import (
+        ExplorationOnlyInference,
+        LinearFormInference,
+        VectorParameterInference,
+        VectorValueInference,
+    )
 
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     env_seed, agent_seed = ss.spawn(2)
@@ -125,9 +131,19 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
     env = venv
     targets = _make_targets(config)
     cores = {}  # variant name -> wrapper; "" is the study's own procedure
-    value = None
+    value = explore = None
+    if targets is not None and "exploration_only" in config.variants:
+        explore = ExplorationOnlyInference(
+            config.d1,
+            config.d2,
+            config.rank,
+            config.n_actions,
+            targets,
+            projection=config.projection,
+            n_trials=n_trials,
+        )
     if targets is not None:
-        for variant in ("",) + tuple(config.variants):
+        for variant in ("",) + tuple(v for v in config.variants if v != "exploration_only"):
             projection = variant if variant in ("paper", "tangent") else config.projection
             env = wrapper = VectorParameterInference(
                 env, targets, estimator=agent.estimator, projection=projection
@@ -159,7 +175,7 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
         "optimal_value": np.array(base.optimal_value if config.value else np.nan),
         "regret": np.zeros(n_trials),
     }
-    for variant in cores:
+    for variant in list(cores) + (["exploration_only"] if explore is not None else []):
         p = f"{variant}:" if variant else ""
         out[p + "estimate"] = np.full((n_c, len(names), k, n_trials), np.nan)
         out[p + "se"] = np.full((n_c, len(names), k, n_trials), np.nan)
@@ -169,8 +185,13 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
     online = 0
     while online < checkpoints[-1]:
         decision = agent.act(obs)
-        next_obs, reward, _, _, info = env.step(decision)
         was_online = not agent.in_warm_start
+        if explore is not None and was_online:
+            eps = agent.epsilon_at(agent.online_rounds + 1)
+            u, v = (np.array(f) for f in agent.estimator.factors)
+        next_obs, reward, _, _, info = env.step(decision)
+        if explore is not None and was_online:
+            explore.update(u, v, obs, decision.action, reward, agent.last_explored, eps)
         agent.update(obs, decision, reward)
         obs = next_obs
         if not was_online:
@@ -180,7 +201,10 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
         if online not in checkpoints:
             continue
         c = checkpoints.index(online)
-        for variant, param in cores.items():
+        readers = dict(cores)
+        if explore is not None:
+            readers["exploration_only"] = explore
+        for variant, param in readers.items():
             p = f"{variant}:" if variant else ""
             for j, name in enumerate(names):
                 for arm in range(k):
@@ -270,7 +294,7 @@ def _coverage_stats(est, se, truth, confidence_level):
     n = covered.size
     cov = covered.mean() if n else np.nan
     return {
-        "n": int(n),
+        "trials": int(n),
         "coverage": float(cov),
         "coverage_mcse": float(np.sqrt(cov * (1 - cov) / n)) if n else np.nan,
         "mean_length": float(np.mean(2 * z * s)) if n else np.nan,

@@ -30,7 +30,7 @@ def within_bounds(row) -> bool:
 def describe(rows) -> str:
     return "\n".join(
         f"{r['target']} {r['quantity']:>14}: coverage {r['coverage']:.3f}, "
-        f"z mean {r['z_mean']:+.3f}, z sd {r['z_sd']:.3f} (n trials {r['n']})"
+        f"z mean {r['z_mean']:+.3f}, z sd {r['z_sd']:.3f} (n = {r['n']}, {r['trials']} trials)"
         for r in rows
     )
 
@@ -44,7 +44,7 @@ def parameter_study():
 @pytest.mark.slow
 def test_parameter_intervals_cover_at_nominal_rate(parameter_study):
     rows = summarize_parameters(parameter_study)
-    assert len(rows) == 6 and all(r["n"] == N_TRIALS for r in rows)
+    assert len(rows) == 6 and all(r["trials"] == N_TRIALS for r in rows)
     assert all(within_bounds(r) for r in rows), describe(rows)
 
 
@@ -78,5 +78,5 @@ def test_optimal_value_interval_covers_with_decaying_exploration():
     )
     result = run_study(config, N_TRIALS, seed=7, batch_size=BATCH, map_fn=process_map(2))
     (row,) = summarize_value(result)
-    assert row["n"] == N_TRIALS
+    assert row["trials"] == N_TRIALS
     assert 0.92 <= row["coverage"] <= 0.97, describe([row])

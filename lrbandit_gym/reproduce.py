@@ -1,0 +1,353 @@
+"""``lrbandit reproduce``: the paper's simulation studies (ALGORITHMS.md §6), from one command.
+
+Each study runs on the vector environment with a batched ε-greedy agent and the inference
+wrappers sharing its estimator; one run to the largest ``n`` reads the intervals at every
+requested ``n``.  Chunks of trials are seeded from one ``SeedSequence`` and run with one BLAS
+thread, so the numbers do not depend on ``--jobs`` or ``--backend``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lrbandit_gym.studies import (
+    StudyConfig,
+    process_map,
+    run_study,
+    summarize_parameters,
+    summarize_value,
+)
+
+__all__ = ["PAPER", "STUDIES", "reproduce"]
+
+#: The paper's published numbers: (table, target, n, quantity) -> value.
+PAPER = {
+    # Table 1: coverage / mean CI length, i = 0 and i = 1.
+    **{
+        ("coverage", "T1", n, f"arm {i}"): v
+        for (n, i), v in {
+            (1000, 0): 0.909,
+            (1000, 1): 0.913,
+            (2000, 0): 0.923,
+            (2000, 1): 0.925,
+            (3000, 0): 0.929,
+            (3000, 1): 0.936,
+        }.items()
+    },
+    **{
+        ("coverage", "T2", n, f"arm {i}"): v
+        for (n, i), v in {
+            (1000, 0): 0.906,
+            (1000, 1): 0.908,
+            (2000, 0): 0.924,
+            (2000, 1): 0.923,
+            (3000, 0): 0.931,
+            (3000, 1): 0.930,
+        }.items()
+    },
+    **{
+        ("mean_length", "T1", n, f"arm {i}"): v
+        for (n, i), v in {
+            (1000, 0): 0.018,
+            (1000, 1): 0.010,
+            (2000, 0): 0.013,
+            (2000, 1): 0.008,
+            (3000, 0): 0.011,
+            (3000, 1): 0.006,
+        }.items()
+    },
+    **{
+        ("mean_length", "T2", n, f"arm {i}"): v
+        for (n, i), v in {
+            (1000, 0): 0.065,
+            (1000, 1): 0.042,
+            (2000, 0): 0.048,
+            (2000, 1): 0.031,
+            (3000, 0): 0.039,
+            (3000, 1): 0.026,
+        }.items()
+    },
+    # Table 3 (i = 1): MSE and CI length, ours / exploration-only.
+    **{
+        ("mse", t, n, "arm 1"): v * 1e-4
+        for (t, n), v in {
+            ("T1", 1000): 0.096,
+            ("T1", 2000): 0.046,
+            ("T1", 3000): 0.029,
+            ("T2", 1000): 1.653,
+            ("T2", 2000): 0.786,
+            ("T2", 3000): 0.510,
+        }.items()
+    },
+    **{
+        ("mse_exploration_only", t, n, "arm 1"): v * 1e-4
+        for (t, n), v in {
+            ("T1", 1000): 0.191,
+            ("T1", 2000): 0.095,
+            ("T1", 3000): 0.062,
+            ("T2", 1000): 3.517,
+            ("T2", 2000): 1.735,
+            ("T2", 3000): 1.149,
+        }.items()
+    },
+    ("coverage", "V*", 1000, "optimal value"): 0.945,
+}
+#: Table 2 (T1, n = 3000): coverage and length for r = 3, 5, 7.
+PAPER_TABLE2 = {
+    3: ((0.929, 0.936), (0.011, 0.006)),
+    5: ((0.917, 0.921), (0.015, 0.014)),
+    7: ((0.913, 0.906), (0.021, 0.021)),
+}
+
+STUDIES = ("table1", "table2", "table3", "value")
+
+
+def _configs(study: str, n: tuple[int, ...]) -> dict[str, StudyConfig]:
+    if study == "table1":
+        return {"r=3": StudyConfig(checkpoints=n, variants=("paper",))}
+    if study == "table2":
+        return {f"r={r}": StudyConfig(rank=r, checkpoints=n, targets="paper") for r in (3, 5, 7)}
+    if study == "table3":
+        return {"r=3": StudyConfig(checkpoints=n, variants=("exploration_only",))}
+    if study == "value":
+        return {
+            "value": StudyConfig(
+                targets=None,
+                value=True,
+                epsilon=0.05,
+                epsilon_decay=0.1,
+                step_scale=0.002,
+                singular_values=((1.0,) * 3, (15.0,) * 3),
+                checkpoints=n,
+            )
+        }
+    raise ValueError(
+        f"study must be one of {STUDIES} (or 'ensemble', not yet available); got {study!r}"
+    )
+
+
+def _ray_map(jobs: int):
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("--backend ray needs ray: pip install 'lrbandit-gym[ray]'") from exc
+
+    def map_fn(fn, items):
+        started = not ray.is_initialized()
+        if started:
+            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+        try:
+            remote = ray.remote(num_cpus=1)(fn)
+            return ray.get([remote.remote(item) for item in items])
+        finally:
+            if started:
+                ray.shutdown()
+
+    return map_fn
+
+
+def _progress(done: int, total: int, start: float, stream) -> None:
+    elapsed = time.perf_counter() - start
+    eta = elapsed / done * (total - done) if done else float("nan")
+    bar = "#" * int(30 * done / total)
+    print(
+        f"\r[{bar:<30}] {done}/{total} chunks, {elapsed:6.0f} s elapsed, ETA {eta:6.0f} s",
+        end="" if done < total else "\n",
+        file=stream,
+        flush=True,
+    )
+
+
+def _local_map(jobs: int, stream):
+    """Process-pool map with a progress bar (chunks complete in any order)."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from lrbandit_gym.studies import _single_threaded_blas
+
+    def map_fn(fn, items):
+        start = time.perf_counter()
+        results = [None] * len(items)
+        if jobs == 1:
+            for i, item in enumerate(items):
+                results[i] = fn(item)
+                _progress(i + 1, len(items), start, stream)
+            return results
+        with ProcessPoolExecutor(jobs, initializer=_single_threaded_blas) as pool:
+            futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+            for done, future in enumerate(as_completed(futures), 1):
+                results[futures[future]] = future.result()
+                _progress(done, len(items), start, stream)
+        return results
+
+    return map_fn
+
+
+def draw_baseline(config: StudyConfig, n_trials: int, jobs: int, sample: float = 0.01) -> float:
+    """Seconds to merely draw all the study's contexts with numpy on ``jobs`` processes.
+
+    Times drawing a ``sample`` fraction of the rounds (same batch shape, same processes)
+    and scales up: drawing is linear in the number of contexts.
+    """
+    from agents import DEFAULT_WARM_START_ROUNDS
+
+    warm = DEFAULT_WARM_START_ROUNDS if config.warm_start is None else config.warm_start
+    rounds = warm + max(config.checkpoints)
+    per_job = max(1, int(rounds * sample))
+    batch = min(n_trials, 250)
+    jobs_list = [(batch, config.d1, config.d2, per_job)] * jobs
+    start = time.perf_counter()
+    process_map(jobs)(_draw_job, jobs_list) if jobs > 1 else [_draw_job(j) for j in jobs_list]
+    seconds = time.perf_counter() - start
+    drawn = jobs * per_job * batch
+    return seconds * (n_trials * rounds) / drawn
+
+
+def _draw_job(job):
+    batch, d1, d2, rounds = job
+    rng = np.random.default_rng(0)
+    for _ in range(rounds):
+        rng.standard_normal((batch, d1, d2))
+    return rounds
+
+
+def reproduce(
+    study: str,
+    trials: int = 5000,
+    n: tuple[int, ...] = (1000, 2000, 3000),
+    seed: int = 0,
+    out: str | Path = "lrbandit-out",
+    jobs: int = 2,
+    backend: str = "local",
+    batch_size: int = 125,
+    stream=sys.stdout,
+) -> dict:
+    """Run one study and write ``{study}.csv``, ``{study}.json`` (with the configuration,
+    versions and seed) and figures (with matplotlib) into ``out``."""
+    configs = _configs(study, tuple(sorted(n)))
+    if backend not in ("local", "ray"):
+        raise ValueError(f"backend must be 'local' or 'ray'; got {backend!r}")
+    map_fn = _ray_map(jobs) if backend == "ray" else _local_map(jobs, sys.stderr)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, timing = [], {}
+    for label, config in configs.items():
+        print(
+            f"{study} {label}: {trials} trials, n = {list(config.checkpoints)}, "
+            f"{jobs} job(s), backend {backend}",
+            file=stream,
+        )
+        start = time.perf_counter()
+        result = run_study(config, trials, seed=seed, batch_size=batch_size, map_fn=map_fn)
+        seconds = time.perf_counter() - start
+        baseline = draw_baseline(config, trials, jobs)
+        timing[label] = {"seconds": seconds, "draw_baseline_seconds": baseline}
+        summaries = (
+            summarize_value(result)
+            if config.value
+            else summarize_parameters(result)
+            + (
+                [
+                    dict(r, method="exploration_only")
+                    for r in summarize_parameters(result, variant="exploration_only")
+                ]
+                if "exploration_only" in config.variants
+                else []
+            )
+            + (
+                [
+                    dict(r, method="paper_projection")
+                    for r in summarize_parameters(result, variant="paper")
+                ]
+                if "paper" in config.variants
+                else []
+            )
+        )
+        for r in summaries:
+            rows.append({"study": study, "setting": label, "method": r.pop("method", "ours"), **r})
+        print(
+            f"  run {seconds:.1f} s; drawing its contexts alone: {baseline:.1f} s "
+            f"(ratio {seconds / baseline:.2f})",
+            file=stream,
+        )
+    _print_table(study, rows, stream)
+    meta = {
+        "study": study,
+        "trials": trials,
+        "n": list(n),
+        "seed": seed,
+        "jobs": jobs,
+        "backend": backend,
+        "batch_size": batch_size,
+        "configs": {
+            k: {f: (list(v) if isinstance(v, tuple) else v) for f, v in vars(c).items()}
+            for k, c in configs.items()
+        },
+        "timing": timing,
+        "versions": _versions(),
+        "rows": rows,
+    }
+    (out / f"{study}.json").write_text(json.dumps(meta, indent=2, default=float))
+    with open(out / f"{study}.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {out / (study + '.csv')} and {out / (study + '.json')}", file=stream)
+    return meta
+
+
+def _versions() -> dict:
+    import gymnasium
+    import scipy
+
+    import lrbandit_gym
+
+    return {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "gymnasium": gymnasium.__version__,
+        "lrbandit_gym": lrbandit_gym.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def _print_table(study, rows, stream) -> None:
+    head = (
+        f"{'setting':<8}{'method':<17}{'target':<7}{'n':>5} {'quantity':<14}"
+        f"{'coverage':>9} {'(paper)':>7} {'length':>8} {'(paper)':>7} {'MSE':>9} "
+        f"{'z mean':>7} {'z sd':>6}"
+    )
+    print(head, file=stream)
+    print("-" * len(head), file=stream)
+    for r in rows:
+        key = (r["target"], r["n"], r["quantity"])
+        if study == "table2":
+            rank = int(r["setting"].split("=")[1])
+            arm = int(r["quantity"][-1]) if r["quantity"].startswith("arm ") else None
+            paper_cov = (
+                PAPER_TABLE2[rank][0][arm]
+                if arm is not None and r["target"] == "T1" and r["n"] == 3000
+                else None
+            )
+            paper_len = PAPER_TABLE2[rank][1][arm] if paper_cov is not None else None
+        else:
+            paper_cov = PAPER.get(("coverage",) + key) if r["method"] == "ours" else None
+            paper_len = PAPER.get(("mean_length",) + key) if r["method"] == "ours" else None
+
+        def fmt(v, spec):
+            return format(v, spec) if v is not None else " " * len(format(0.0, spec))
+
+        print(
+            f"{r['setting']:<8}{r['method']:<17}{r['target']:<7}{r['n']:>5} "
+            f"{r['quantity']:<14}{r['coverage']:>6.3f}±{r['coverage_mcse']:.3f}"
+            f"{fmt(paper_cov, '>7.3f')} {r['mean_length']:>8.4f} {fmt(paper_len, '>7.3f')}"
+            f" {r['mse']:>9.2e} {r['z_mean']:>+7.3f} {r['z_sd']:>6.3f}",
+            file=stream,
+        )

@@ -1,0 +1,58 @@
+"""The ``lrbandit`` command line: demo, reproduce (local and Ray backends), bench."""
+
+import json
+
+import numpy as np
+import pytest
+
+from lrbandit_gym.cli import main
+from lrbandit_gym.reproduce import reproduce
+from lrbandit_gym.studies import StudyConfig, run_study
+
+
+def test_demo_reports_every_interval_with_the_truth(capsys, tmp_path):
+    assert main(["demo", "--rounds", "300", "--out", str(tmp_path), "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    for label in ("<M_0, T1>", "<M_1, T1>", "<M_1 - M_0, T2>", "V*", "covered"):
+        assert label in out
+    assert "intervals cover the truth" in out
+
+
+def test_reproduce_writes_csv_json_with_configuration(tmp_path, capsys):
+    meta = reproduce("table3", trials=8, n=(40, 80), seed=3, out=tmp_path, jobs=1, batch_size=4)
+    data = json.loads((tmp_path / "table3.json").read_text())
+    assert data["seed"] == 3 and data["versions"]["numpy"] == np.__version__
+    assert {r["method"] for r in data["rows"]} == {"ours", "exploration_only"}
+    assert {r["n"] for r in data["rows"]} == {40, 80}
+    assert (tmp_path / "table3.csv").read_text().startswith("study,setting,method")
+    assert meta["timing"]["r=3"]["draw_baseline_seconds"] > 0
+    assert "exploration_only" in capsys.readouterr().out
+
+
+def test_results_do_not_depend_on_jobs():
+    config = StudyConfig(checkpoints=(30,), warm_start=300, d1=12, d2=10, rank=2)
+    one = run_study(config, 6, seed=5, batch_size=3)
+    from lrbandit_gym.studies import process_map
+
+    two = run_study(config, 6, seed=5, batch_size=3, map_fn=process_map(2))
+    for key in one:
+        np.testing.assert_array_equal(one[key], two[key])
+
+
+def test_ray_backend_gives_the_local_numbers(tmp_path):
+    pytest.importorskip("ray")
+    local = reproduce("value", trials=4, n=(40,), seed=1, out=tmp_path / "a", jobs=2, batch_size=2)
+    ray = reproduce(
+        "value", trials=4, n=(40,), seed=1, out=tmp_path / "b", jobs=2, batch_size=2, backend="ray"
+    )
+    assert local["rows"] == ray["rows"]
+
+
+def test_bench_env_runs(capsys):
+    assert main(["bench", "env", "--num-envs", "50", "--d", "10"]) == 0
+    assert "ratio" in capsys.readouterr().out
+
+
+def test_unknown_study_is_refused():
+    with pytest.raises(SystemExit):
+        main(["reproduce", "table9"])

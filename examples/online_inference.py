@@ -17,9 +17,9 @@ agent = EpsilonGreedy(env, rank=3, epsilon=0.1, seed=0)
 env = ValueInference(ParameterInference(env, {"T1": T1}, estimator=agent.estimator))
 
 obs, _ = env.reset(seed=0)
-for t in range(4000):  # 2000 warm-start rounds, then 2000 rounds of inference
+for _ in range(4000):  # 2000 warm-start rounds, then 2000 rounds of inference
     decision = agent.act(obs)
-    next_obs, reward, _, _, info = env.step(decision)
+    next_obs, reward, *_ = env.step(decision)
     agent.update(obs, decision, reward)
     obs = next_obs
 

@@ -16,7 +16,7 @@ def run_demo(
     seed: int = 0,
     out: str | Path = "lrbandit-out",
     plot: bool = True,
-    stream=sys.stdout,
+    stream=None,
 ) -> dict:
     """A warm-started ε-greedy low-rank agent on the default environment, watched by both
     inference wrappers sharing its estimator (the paper's procedure).
@@ -33,6 +33,7 @@ def run_demo(
     from inference import ParameterInference, ValueInference
     from lrbandit_gym.studies import paper_targets
 
+    stream = sys.stdout if stream is None else stream
     start = time.perf_counter()
     env = gym.make("MatrixContextBandit-v0", max_episode_steps=None)
     base = env.unwrapped

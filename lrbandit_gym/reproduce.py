@@ -226,10 +226,11 @@ def reproduce(
     jobs: int = 2,
     backend: str = "local",
     batch_size: int = 125,
-    stream=sys.stdout,
+    stream=None,
 ) -> dict:
     """Run one study and write ``{study}.csv``, ``{study}.json`` (with the configuration,
     versions and seed) and figures (with matplotlib) into ``out``."""
+    stream = sys.stdout if stream is None else stream
     configs = _configs(study, tuple(sorted(n)))
     if backend not in ("local", "ray"):
         raise ValueError(f"backend must be 'local' or 'ray'; got {backend!r}")

@@ -639,7 +639,13 @@ def nuclear_norm_fit(
             raise ValueError(f"rank must be <= min(d1, d2) = {min(d1, d2)}, got {rank}")
         scale = float(d1 * d2) if context == "completion" else 1.0
         out = factored_nuclear_norm_fit(
-            Xa, acts, y, K, rank, weights=w, context_scale=scale,
+            Xa,
+            acts,
+            y,
+            K,
+            rank,
+            weights=w,
+            context_scale=scale,
             penalty_scale=check_positive_float(penalty_scale, "penalty_scale"),
             penalty=None if penalty is None else np.asarray(penalty, dtype=float),
         )

@@ -230,7 +230,7 @@ def test_paper_setting_low_rank_beats_full_rank_linear_peer_on_regret():
     for name in ("low_rank", "linear"):
         env = gym.make("MatrixContextBandit-v0", max_episode_steps=None)
         policy = (
-            EpsilonGreedy(env, epsilon=0.1, seed=0)
+            EpsilonGreedy(env, epsilon=0.1, warm_start=1000, seed=0)
             if name == "low_rank"
             else LinearEpsilonGreedy(env, epsilon=0.1, seed=0)
         )
@@ -302,3 +302,17 @@ def test_explicit_sizes_without_env_and_disagreement_with_env():
         EpsilonGreedy(small_env(), d1=7)
     with pytest.raises(ValueError, match="propensities"):
         policy.update(np.zeros((6, 5)), 1, 0.0)  # a bare action carries no propensities
+
+
+def test_linear_peer_equals_the_batch_ridge_solution():
+    policy = LinearEpsilonGreedy(d1=6, d2=5, ridge=1.0, seed=0)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((200, 6, 5))
+    a = rng.integers(0, 2, 200)
+    y = rng.standard_normal(200)
+    for t in range(200):
+        policy.update(x[t], Decision(int(a[t]), np.array([0.5, 0.5])), y[t])
+    for k in range(2):
+        f = x[a == k].reshape(-1, 30)
+        ridge = np.linalg.solve(np.eye(30) + f.T @ f, f.T @ y[a == k])
+        np.testing.assert_allclose(policy.estimates[k].ravel(), ridge, atol=1e-12)

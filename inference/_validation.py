@@ -15,10 +15,20 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+
+# Checks shared with the agents (same arguments, same messages) live in one place.
+from agents._validation import (  # noqa: F401  (re-exported)
+    _where,
+    check_actions,
+    check_choice,
+    check_finite,
+    check_positive_int,
+    check_propensities,
+)
 
 __all__ = [
     "PROPENSITY_TOL",
@@ -42,41 +52,11 @@ __all__ = [
 PROPENSITY_TOL = 1e-6
 
 
-def _where(index: tuple[int, ...], batched: bool) -> str:
-    if not index:
-        return ""
-    if batched:
-        rest = index[1:]
-        return f" (trial {index[0]}" + (f", index {rest})" if rest else ")")
-    return f" at index {index}"
-
-
-def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
-    """Return ``value`` as an ``int >= minimum`` (booleans and floats are rejected)."""
-    if isinstance(value, bool | np.bool_):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    try:
-        ivalue = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}") from None
-    if ivalue < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {ivalue!r}")
-    return int(ivalue)
-
-
 def check_n_trials(n_trials: Any) -> int | None:
     """``None`` (unbatched) or a positive int."""
     if n_trials is None:
         return None
     return check_positive_int(n_trials, "n_trials")
-
-
-def check_choice(value: Any, name: str, choices: Collection[str]) -> str:
-    """Return ``value`` after checking it is one of ``choices``."""
-    if not isinstance(value, str) or value not in choices:
-        options = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"{name} must be one of {options}; got {value!r}")
-    return value
 
 
 def check_confidence_level(confidence_level: Any) -> float:
@@ -104,20 +84,6 @@ def check_arm(arm: Any, n_actions: int, name: str = "arm") -> int:
     if not 0 <= a < n_actions:
         raise ValueError(f"{name} must be an integer in [0, {n_actions}), got {a!r}")
     return int(a)
-
-
-def check_finite(arr: np.ndarray, name: str, *, batched: bool = False) -> None:
-    """Raise if ``arr`` holds a NaN or an infinity, naming the first one found."""
-    # One reduction answers the common case: a finite sum implies finite entries.
-    with np.errstate(over="ignore", invalid="ignore"):
-        total = float(np.add.reduce(arr, axis=None))
-    if math.isfinite(total):
-        return
-    bad = ~np.isfinite(arr)
-    if not bad.any():  # the sum overflowed on finite entries: accept them
-        return
-    index = tuple(int(i) for i in np.argwhere(bad)[0])
-    raise ValueError(f"{name} must be finite, got {arr[index]!r}{_where(index, batched)}")
 
 
 def _as_float_array(value: Any, name: str) -> np.ndarray:
@@ -178,44 +144,6 @@ def check_batch_vector(value: Any, n_trials: int | None, name: str) -> np.ndarra
     return arr
 
 
-def check_actions(
-    action: Any, n_actions: int, n_trials: int | None, name: str = "action"
-) -> np.ndarray:
-    """Return the action(s) as int64 of shape ``(B,)`` with values in ``[0, n_actions)``.
-
-    An action is an index: floats (even integral ones) and booleans are rejected.
-    """
-    if n_trials is None:
-        if isinstance(action, bool | np.bool_):
-            raise ValueError(f"{name} must be an integer in [0, {n_actions}), got {action!r}")
-        try:
-            a = operator.index(action)
-        except TypeError:
-            arr = action if isinstance(action, np.ndarray) else None
-            if arr is not None and arr.shape == () and arr.dtype.kind in "iu":
-                a = int(arr)
-            else:
-                raise ValueError(
-                    f"{name} must be an integer in [0, {n_actions}), got {action!r}"
-                ) from None
-        if not 0 <= a < n_actions:
-            raise ValueError(f"{name} must be an integer in [0, {n_actions}), got {a!r}")
-        return np.array([a], dtype=np.int64)
-    arr = np.asarray(action)
-    if arr.shape != (n_trials,):
-        raise ValueError(f"{name} must have shape ({n_trials},), got shape {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        raise ValueError(
-            f"{name} must be an integer array with values in [0, {n_actions}), "
-            f"got dtype {arr.dtype}"
-        )
-    bad = (arr < 0) | (arr >= n_actions)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ValueError(f"{name} must be in [0, {n_actions}), got {arr[i]!r} (trial {i})")
-    return arr.astype(np.int64, copy=False)
-
-
 def check_flags(value: Any, n_trials: int | None, name: str) -> np.ndarray:
     """Return boolean flag(s) as a bool array of shape ``(B,)``.
 
@@ -230,53 +158,6 @@ def check_flags(value: Any, n_trials: int | None, name: str) -> np.ndarray:
     if arr.dtype.kind in "iu" and np.all((arr == 0) | (arr == 1)):
         return arr.reshape(-1).astype(bool)
     raise ValueError(f"{name} must be boolean (True/False or 0/1), got {value!r}")
-
-
-def check_propensities(
-    p: Any,
-    action: np.ndarray | None,
-    n_actions: int,
-    n_trials: int | None,
-    name: str = "propensities",
-    *,
-    require_chosen_positive: bool = True,
-) -> np.ndarray:
-    """Return propensities as float64 of shape ``(B, K)`` after checking them.
-
-    Checks: shape ``(K,)`` (unbatched) or ``(B, K)``; entries finite and ``>= 0``; each row
-    sums to 1 within :data:`PROPENSITY_TOL`; and, with ``require_chosen_positive``, the
-    chosen arm has ``pi > 0`` (the weight ``1/pi(a_t)`` must exist).
-    """
-    batched = n_trials is not None
-    arr = _as_float_array(p, name)
-    expected = (n_actions,) if not batched else (n_trials, n_actions)
-    if arr.shape != expected:
-        raise ValueError(f"{name} must have shape {expected}, got shape {arr.shape}")
-    rows = arr.reshape(-1, n_actions)
-    check_finite(rows if batched else arr, name, batched=batched)
-    totals = rows.sum(axis=1)
-    bad_sum = np.abs(totals - 1.0) > PROPENSITY_TOL
-    bad_neg = rows.min(axis=1) < 0
-    if bad_sum.any() or bad_neg.any():
-        i = int(np.argmax(bad_sum | bad_neg))
-        where = f" (trial {i})" if batched else ""
-        if bad_neg[i]:
-            raise ValueError(f"{name} must be >= 0, got {rows[i].tolist()}{where}")
-        raise ValueError(
-            f"{name} must sum to 1 (tol {PROPENSITY_TOL:g}), got sum {totals[i]!r} "
-            f"for {rows[i].tolist()}{where}"
-        )
-    if require_chosen_positive and action is not None:
-        chosen = rows[np.arange(rows.shape[0]), action]
-        zero = chosen <= 0
-        if zero.any():
-            i = int(np.argmax(zero))
-            where = f" (trial {i})" if batched else ""
-            raise ValueError(
-                f"{name}[action] must be > 0 (the inverse-propensity weight 1/pi is used), "
-                f"got {name}[{int(action[i])}] = {chosen[i]!r}{where}"
-            )
-    return rows
 
 
 def check_targets(

@@ -10,7 +10,7 @@ import numpy as np
 from gymnasium import spaces
 
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.problem import BanditProblem
+from lrbandit_gym.problem import BanditProblem, GroundTruthMixin
 from lrbandit_gym.sampling import draw_contexts, draw_noise
 
 __all__ = ["MatrixContextBanditEnv", "check_action"]
@@ -27,7 +27,7 @@ def check_action(action, n_actions: int) -> int:
     return int(action)
 
 
-class MatrixContextBanditEnv(gym.Env):
+class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
     """A contextual bandit with matrix contexts and low-rank arm parameters.
 
     ## Description
@@ -130,29 +130,6 @@ class MatrixContextBanditEnv(gym.Env):
         self._context: np.ndarray | None = None
         self._expected: np.ndarray | None = None
         self._last: tuple[int, float] | None = None
-
-    # -- ground truth -------------------------------------------------------------------
-    d1 = property(lambda self: self.problem.d1)
-    d2 = property(lambda self: self.problem.d2)
-    rank = property(lambda self: self.problem.rank)
-    n_actions = property(lambda self: self.problem.n_actions)
-    context = property(lambda self: self.problem.context)
-    noise_std = property(lambda self: self.problem.noise_std)
-    context_scale = property(lambda self: self.problem.context_scale)
-
-    @property
-    def true_params(self) -> np.ndarray:
-        """The truth ``M_a``, shape ``(K, d1, d2)`` (read-only)."""
-        return self.problem.params
-
-    @property
-    def optimal_value(self) -> float:
-        """Exact ``V* = E[max_a <M_a, X>]``."""
-        return self.problem.optimal_value
-
-    def linear_form(self, target) -> np.ndarray:
-        """``<M_a, T>`` for every arm, shape ``(K,)``."""
-        return self.problem.linear_form(target)
 
     # -- dynamics -----------------------------------------------------------------------
     def _draw(self) -> np.ndarray:

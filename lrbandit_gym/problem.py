@@ -14,7 +14,7 @@ import numpy as np
 from lrbandit_gym.sampling import CONTEXTS, NOISES
 from lrbandit_gym.truth import draw_low_rank_truth, optimal_value, validate_params
 
-__all__ = ["BanditProblem"]
+__all__ = ["BanditProblem", "GroundTruthMixin"]
 
 
 def _positive_int(name: str, value) -> int:
@@ -112,3 +112,31 @@ class BanditProblem:
             return self.flat_params[:, flat_index].T.copy()
         flat = contexts.reshape(contexts.shape[0], -1)
         return flat @ self.flat_params.T
+
+
+class GroundTruthMixin:
+    """Sizes and oracle quantities of ``self.problem``, shared by the single and vector env."""
+
+    problem: BanditProblem
+
+    d1 = property(lambda self: self.problem.d1)
+    d2 = property(lambda self: self.problem.d2)
+    rank = property(lambda self: self.problem.rank)
+    n_actions = property(lambda self: self.problem.n_actions)
+    context = property(lambda self: self.problem.context)
+    noise_std = property(lambda self: self.problem.noise_std)
+    context_scale = property(lambda self: self.problem.context_scale)
+
+    @property
+    def true_params(self) -> np.ndarray:
+        """The truth ``M_a``, shape ``(K, d1, d2)`` (read-only)."""
+        return self.problem.params
+
+    @property
+    def optimal_value(self) -> float:
+        """Exact ``V* = E[max_a <M_a, X>]``."""
+        return self.problem.optimal_value
+
+    def linear_form(self, target) -> np.ndarray:
+        """``<M_a, T>`` for every arm, shape ``(K,)``."""
+        return self.problem.linear_form(target)

@@ -10,13 +10,13 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.problem import BanditProblem, _positive_int
+from lrbandit_gym.problem import BanditProblem, GroundTruthMixin, _positive_int
 from lrbandit_gym.sampling import draw_contexts, draw_noise
 
 __all__ = ["MatrixContextBanditVectorEnv"]
 
 
-class MatrixContextBanditVectorEnv(VectorEnv):
+class MatrixContextBanditVectorEnv(GroundTruthMixin, VectorEnv):
     """``num_envs`` independent copies of :class:`MatrixContextBanditEnv` sharing one truth.
 
     Built by ``gym.make_vec("MatrixContextBandit-v0", num_envs=B,
@@ -99,21 +99,6 @@ class MatrixContextBanditVectorEnv(VectorEnv):
         self._expected: np.ndarray | None = None
         self._steps = np.zeros(self.num_envs, dtype=np.int64)
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
-
-    # ground truth, as on the single environment
-    d1 = property(lambda self: self.problem.d1)
-    d2 = property(lambda self: self.problem.d2)
-    rank = property(lambda self: self.problem.rank)
-    n_actions = property(lambda self: self.problem.n_actions)
-    context = property(lambda self: self.problem.context)
-    noise_std = property(lambda self: self.problem.noise_std)
-    context_scale = property(lambda self: self.problem.context_scale)
-    true_params = property(lambda self: self.problem.params)
-    optimal_value = property(lambda self: self.problem.optimal_value)
-
-    def linear_form(self, target) -> np.ndarray:
-        """``<M_a, T>`` for every arm, shape ``(K,)``."""
-        return self.problem.linear_form(target)
 
     def _draw(self) -> np.ndarray:
         p = self.problem

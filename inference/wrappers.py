@@ -207,6 +207,15 @@ class _Watcher:
         info[self.info_key] = self._running_info()
         return obs, reward, terminated, truncated, info
 
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._set_obs(obs)
+        return obs, info
+
+    def step(self, action):
+        """Step the inner env with ``action`` unchanged, then absorb the round."""
+        return self._watch_step(action, self.env.step)
+
     def _set_obs(self, obs) -> None:
         self._obs_raw = obs
         self._obs = obs
@@ -488,14 +497,6 @@ class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
             env, targets, rank, estimator, propensity_fn, projection, warm_start, sgd_kwargs
         )
 
-    def reset(self, *, seed=None, options=None):
-        obs, info = self.env.reset(seed=seed, options=options)
-        self._set_obs(obs)
-        return obs, info
-
-    def step(self, action):
-        return self._watch_step(action, self.env.step)
-
 
 class VectorParameterInference(_ParameterMixin, VectorWrapper, RecordConstructorArgs):
     """Vector twin of :class:`ParameterInference`: B independent sets of intervals.
@@ -534,14 +535,6 @@ class VectorParameterInference(_ParameterMixin, VectorWrapper, RecordConstructor
             env, targets, rank, estimator, propensity_fn, projection, warm_start, sgd_kwargs
         )
 
-    def reset(self, *, seed=None, options=None):
-        obs, info = self.env.reset(seed=seed, options=options)
-        self._set_obs(obs)
-        return obs, info
-
-    def step(self, actions):
-        return self._watch_step(actions, self.env.step)
-
 
 class ValueInference(_ValueMixin, gym.Wrapper, RecordConstructorArgs):
     """Online confidence interval and test for the optimal policy value ``V*`` (Section 4).
@@ -578,14 +571,6 @@ class ValueInference(_ValueMixin, gym.Wrapper, RecordConstructorArgs):
         gym.Wrapper.__init__(self, env)
         self._init_value(env, rank, estimator, propensity_fn, propensities, warm_start, sgd_kwargs)
 
-    def reset(self, *, seed=None, options=None):
-        obs, info = self.env.reset(seed=seed, options=options)
-        self._set_obs(obs)
-        return obs, info
-
-    def step(self, action):
-        return self._watch_step(action, self.env.step)
-
 
 class VectorValueInference(_ValueMixin, VectorWrapper, RecordConstructorArgs):
     """Vector twin of :class:`ValueInference`."""
@@ -615,11 +600,3 @@ class VectorValueInference(_ValueMixin, VectorWrapper, RecordConstructorArgs):
         )
         VectorWrapper.__init__(self, env)
         self._init_value(env, rank, estimator, propensity_fn, propensities, warm_start, sgd_kwargs)
-
-    def reset(self, *, seed=None, options=None):
-        obs, info = self.env.reset(seed=seed, options=options)
-        self._set_obs(obs)
-        return obs, info
-
-    def step(self, actions):
-        return self._watch_step(actions, self.env.step)

@@ -1,4 +1,4 @@
-"""The ``lrbandit`` command line: ``demo`` and ``bench``."""
+"""The ``lrbandit`` command line: ``demo``, ``reproduce``, ``figures`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -57,17 +57,24 @@ def _bench(args: argparse.Namespace) -> int:
 def _reproduce(args: argparse.Namespace) -> int:
     from lrbandit_gym.reproduce import reproduce
 
-    trials = args.trials if args.trials is not None else 5000
     reproduce(
         args.study,
-        trials=trials,
-        n=tuple(args.n),
+        trials=args.trials,
+        n=None if args.n is None else tuple(args.n),
         seed=args.seed,
         out=args.out,
         jobs=args.jobs,
         backend=args.backend,
         batch_size=args.batch_size,
+        figures=not args.no_figures,
     )
+    return 0
+
+
+def _figures(args: argparse.Namespace) -> int:
+    from lrbandit_gym.reproduce import redraw_figures
+
+    redraw_figures(args.npz, out=args.out)
     return 0
 
 
@@ -85,16 +92,35 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-plot", action="store_true", help="do not save the figure")
     demo.set_defaults(func=_demo)
 
-    rep = sub.add_parser("reproduce", help="the paper's simulation studies")
-    rep.add_argument("study", choices=["table1", "table2", "table3", "value"])
-    rep.add_argument("--trials", type=int, default=None, help="default: the paper's 5000")
-    rep.add_argument("--n", type=int, nargs="+", default=[1000, 2000, 3000])
+    from lrbandit_gym.reproduce import STUDIES, STUDY_DEFAULTS
+
+    defaults = "; ".join(
+        f"{s}: {t} trials, n = {' '.join(map(str, n))}" for s, (t, n) in STUDY_DEFAULTS.items()
+    )
+    rep = sub.add_parser(
+        "reproduce",
+        help="the paper's simulation studies",
+        description=f"The paper's simulation studies. Defaults (the paper's): {defaults}.",
+    )
+    rep.add_argument("study", choices=list(STUDIES))
+    rep.add_argument("--trials", type=int, default=None, help="default: the paper's")
+    rep.add_argument("--n", type=int, nargs="+", default=None, help="default: the paper's")
     rep.add_argument("--seed", type=int, default=0)
     rep.add_argument("--out", default="lrbandit-out")
     rep.add_argument("--jobs", type=int, default=2)
     rep.add_argument("--backend", choices=["local", "ray"], default="local")
     rep.add_argument("--batch-size", type=int, default=125, help="trials per chunk")
+    rep.add_argument(
+        "--no-figures", action="store_true", help="do not draw the PNG figures (plot extra)"
+    )
     rep.set_defaults(func=_reproduce)
+
+    fig = sub.add_parser(
+        "figures", help="redraw a study's figures from the .npz that reproduce saved"
+    )
+    fig.add_argument("npz", help="the {study}.npz written by lrbandit reproduce")
+    fig.add_argument("--out", default=None, help="folder for the PNGs (default: the npz's)")
+    fig.set_defaults(func=_figures)
 
     bench = sub.add_parser("bench", help="speed benchmarks")
     bench.add_argument("what", choices=["env", "agents", "inference"])

@@ -1,9 +1,16 @@
 """``lrbandit reproduce``: the paper's simulation studies (ALGORITHMS.md §6), from one command.
 
-Each study runs on the vector environment with a batched ε-greedy agent and the inference
-wrappers sharing its estimator; one run to the largest ``n`` reads the intervals at every
-requested ``n``.  Chunks of trials are seeded from one ``SeedSequence`` and run with one BLAS
-thread, so the numbers do not depend on ``--jobs`` or ``--backend``.
+Each study runs on the vector environment with a batched agent (ε-greedy low-rank SGD; for
+``ensemble``, ensemble sampling, Appendix A) and the inference wrappers sharing its
+estimate; one run to the largest ``n`` reads the intervals at every requested ``n``.  Chunks
+of trials are seeded from one ``SeedSequence`` and run with one BLAS thread, so the numbers
+do not depend on ``--jobs`` or ``--backend``.
+
+Outputs under ``--out``: ``{study}.csv`` and ``{study}.json`` (rows, configuration, versions,
+seed, timing, the list of figures), ``{study}.npz`` (the raw per-trial arrays of every
+setting, keys ``"{setting}/{array}"``; :func:`load_raw` reads them back and
+:func:`redraw_figures` redraws the figures) and, with the ``plot`` extra, PNG figures
+``{study}[_{setting}]_{zscores,coverage,length}.png`` (:mod:`lrbandit_gym.figures`).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lrbandit_gym.ensemble_study import EnsembleStudyConfig, run_ensemble_study
 from lrbandit_gym.studies import (
     StudyConfig,
     process_map,
@@ -25,7 +33,15 @@ from lrbandit_gym.studies import (
     summarize_value,
 )
 
-__all__ = ["PAPER", "STUDIES", "reproduce"]
+__all__ = [
+    "PAPER",
+    "PAPER_ENSEMBLE",
+    "STUDIES",
+    "STUDY_DEFAULTS",
+    "load_raw",
+    "redraw_figures",
+    "reproduce",
+]
 
 #: The paper's published numbers: (table, target, n, quantity) -> value.
 PAPER = {
@@ -106,10 +122,22 @@ PAPER_TABLE2 = {
     7: ((0.913, 0.906), (0.021, 0.021)),
 }
 
-STUDIES = ("table1", "table2", "table3", "value")
+#: Appendix A (ensemble sampling, Fig. "TS value inference"): the paper's only statement.
+PAPER_ENSEMBLE = "z-scores close to N(0, 1) at n = 300 and n = 700 (a histogram; no numbers)"
+
+STUDIES = ("table1", "table2", "table3", "value", "ensemble")
+
+#: The paper's trials and checkpoints n of each study (ALGORITHMS.md §6).
+STUDY_DEFAULTS = {
+    "table1": (5000, (1000, 2000, 3000)),
+    "table2": (5000, (1000, 2000, 3000)),
+    "table3": (5000, (1000, 2000, 3000)),
+    "value": (5000, (1000, 2000, 3000)),
+    "ensemble": (500, (300, 700)),
+}
 
 
-def _configs(study: str, n: tuple[int, ...]) -> dict[str, StudyConfig]:
+def _configs(study: str, n: tuple[int, ...]) -> dict[str, StudyConfig | EnsembleStudyConfig]:
     if study == "table1":
         return {"r=3": StudyConfig(checkpoints=n, variants=("paper",))}
     if study == "table2":
@@ -128,9 +156,9 @@ def _configs(study: str, n: tuple[int, ...]) -> dict[str, StudyConfig]:
                 checkpoints=n,
             )
         }
-    raise ValueError(
-        f"study must be one of {STUDIES} (or 'ensemble', not yet available); got {study!r}"
-    )
+    if study == "ensemble":
+        return {"r=1": EnsembleStudyConfig(checkpoints=n)}
+    raise ValueError(f"study must be one of {STUDIES}; got {study!r}")
 
 
 def _ray_map(jobs: int):
@@ -189,7 +217,9 @@ def _local_map(jobs: int, stream):
     return map_fn
 
 
-def draw_baseline(config: StudyConfig, n_trials: int, jobs: int, sample: float = 0.01) -> float:
+def draw_baseline(
+    config: StudyConfig | EnsembleStudyConfig, n_trials: int, jobs: int, sample: float = 0.01
+) -> float:
     """Seconds to merely draw all the study's contexts with numpy on ``jobs`` processes.
 
     Times drawing a ``sample`` fraction of the rounds (same batch shape, same processes)
@@ -217,60 +247,210 @@ def _draw_job(job):
     return rounds
 
 
+def _summaries(study: str, config, result: dict) -> list[dict]:
+    """Rows of one setting: the study's procedure ("ours") and its comparison variants."""
+    if isinstance(config, EnsembleStudyConfig):
+        plug_in = {
+            "value_estimate": result["plug_in:value_estimate"],
+            "value_se": result["plug_in:value_se"],
+            "optimal_value": result["optimal_value"],
+            "checkpoints": result["checkpoints"],
+        }
+        return summarize_value(result) + [
+            dict(r, method="plug_in") for r in summarize_value(plug_in)
+        ]
+    if config.value:
+        return summarize_value(result)
+    rows = summarize_parameters(result)
+    if "exploration_only" in config.variants:
+        rows += [
+            dict(r, method="exploration_only")
+            for r in summarize_parameters(result, variant="exploration_only")
+        ]
+    if "paper" in config.variants:
+        rows += [
+            dict(r, method="paper_projection")
+            for r in summarize_parameters(result, variant="paper")
+        ]
+    return rows
+
+
+def _diagnostics(config, result: dict) -> dict:
+    """Run facts worth recording beside the table (the ensemble's exploration and errors)."""
+    if not isinstance(config, EnsembleStudyConfig):
+        return {"mean_regret": float(np.mean(result["regret"]))}
+    return {
+        "mean_regret": float(np.mean(result["regret"])),
+        "warm_start_rounds": config.warm_start,
+        "initial_error_mean": [float(e) for e in np.mean(result["initial_error"], axis=-1)],
+        "estimation_error_mean": {
+            int(n): [float(e) for e in np.mean(result["estimation_error"][c], axis=-1)]
+            for c, n in enumerate(result["checkpoints"])
+        },
+        "mean_exploration": {
+            int(n): float(np.mean(result["exploration"][c]))
+            for c, n in enumerate(result["checkpoints"])
+        },
+    }
+
+
+def _figure_prefix(study: str, label: str, n_settings: int) -> str:
+    if n_settings == 1:
+        return study
+    return f"{study}_" + "".join(ch for ch in label if ch.isalnum() or ch in "-_.")
+
+
+def _references(study: str, label: str) -> tuple[dict, dict]:
+    """The paper's coverage and length by ``(target, quantity) -> {n: value}``."""
+    cov: dict = {}
+    length: dict = {}
+    if study == "table2":
+        rank = int(label.split("=")[1])
+        for arm in (0, 1):
+            cov[("T1", f"arm {arm}")] = {3000: PAPER_TABLE2[rank][0][arm]}
+            length[("T1", f"arm {arm}")] = {3000: PAPER_TABLE2[rank][1][arm]}
+        return cov, length
+    if study not in ("table1", "value"):
+        return cov, length
+    for (what, target, n, quantity), value in PAPER.items():
+        if (target == "V*") != (study == "value"):
+            continue
+        if what == "coverage":
+            cov.setdefault((target, quantity), {})[n] = value
+        elif what == "mean_length":
+            length.setdefault((target, quantity), {})[n] = value
+    return cov, length
+
+
+def _write_figures(study, settings, results, out: Path, stream) -> list[str]:
+    """PNG figures of every setting; one line and no files without matplotlib."""
+    from lrbandit_gym.figures import MISSING_MATPLOTLIB, MatplotlibMissing, study_figures
+
+    paths = []
+    for label in settings:
+        cov, length = _references(study, label)
+        prefix = _figure_prefix(study, label, len(settings))
+        title = study if len(settings) == 1 else f"{study} {label}"
+        try:
+            written = study_figures(
+                results[label],
+                out,
+                prefix,
+                coverage_reference=cov,
+                length_reference=length,
+                title=title,
+            )
+        except MatplotlibMissing:
+            print(
+                f"figures skipped: {MISSING_MATPLOTLIB} (or pass --no-figures)",
+                file=stream,
+            )
+            return []
+        paths += [str(p) for p in written]
+    print(f"figures: {', '.join(Path(p).name for p in paths)}", file=stream)
+    return paths
+
+
+def save_raw(path: str | Path, study: str, results: dict[str, dict]) -> Path:
+    """Write every setting's raw arrays to one ``.npz`` (keys ``"{setting}/{array}"``)."""
+    arrays = {"study": np.array(study)}
+    for label, result in results.items():
+        for key, value in result.items():
+            arrays[f"{label}/{key}"] = np.asarray(value)
+    path = Path(path)
+    np.savez_compressed(path, **arrays)
+    return path
+
+
+def load_raw(path: str | Path) -> tuple[str, dict[str, dict]]:
+    """Read a :func:`save_raw` file: ``(study, {setting: result dict})``."""
+    with np.load(Path(path)) as data:
+        if "study" not in data.files:
+            raise ValueError(f"{path} is not a 'lrbandit reproduce' .npz (no 'study' entry)")
+        study = str(data["study"])
+        results: dict[str, dict] = {}
+        for key in data.files:
+            if key == "study":
+                continue
+            label, _, name = key.partition("/")
+            results.setdefault(label, {})[name] = data[key]
+    return study, results
+
+
+def redraw_figures(path: str | Path, out: str | Path | None = None, stream=None) -> list[str]:
+    """Redraw the figures of a ``{study}.npz`` into ``out`` (default: beside the file)."""
+    stream = sys.stdout if stream is None else stream
+    study, results = load_raw(path)
+    out = Path(path).parent if out is None else Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return _write_figures(study, list(results), results, out, stream)
+
+
 def reproduce(
     study: str,
-    trials: int = 5000,
-    n: tuple[int, ...] = (1000, 2000, 3000),
+    trials: int | None = None,
+    n: tuple[int, ...] | None = None,
     seed: int = 0,
     out: str | Path = "lrbandit-out",
     jobs: int = 2,
     backend: str = "local",
     batch_size: int = 125,
+    figures: bool = True,
     stream=None,
 ) -> dict:
-    """Run one study and write ``{study}.csv``, ``{study}.json`` (with the configuration,
-    versions and seed) and figures (with matplotlib) into ``out``."""
+    """Run one study and write its outputs into ``out``.
+
+    Parameters
+    ----------
+    study : {"table1", "table2", "table3", "value", "ensemble"}
+    trials : int, optional
+        Monte Carlo trials (default: the paper's, :data:`STUDY_DEFAULTS`).
+    n : tuple of int, optional
+        Checkpoints (default: the paper's).
+    seed, jobs, backend, batch_size
+        Chunks of ``batch_size`` trials are seeded from ``SeedSequence(seed)`` and run on
+        ``jobs`` local processes or Ray workers; the numbers do not depend on either.
+    out : str or Path
+        Output folder: ``{study}.csv``, ``{study}.json``, ``{study}.npz`` and figures.
+    figures : bool, default True
+        Write the PNG figures (needs matplotlib; without it one line says they were
+        skipped and how to install the ``plot`` extra).
+
+    Returns
+    -------
+    dict
+        What ``{study}.json`` holds.
+    """
     stream = sys.stdout if stream is None else stream
+    if study not in STUDIES:
+        raise ValueError(f"study must be one of {STUDIES}; got {study!r}")
+    default_trials, default_n = STUDY_DEFAULTS[study]
+    trials = default_trials if trials is None else trials
+    n = default_n if n is None else tuple(n)
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"trials must be a positive integer; got {trials!r}")
     configs = _configs(study, tuple(sorted(n)))
     if backend not in ("local", "ray"):
         raise ValueError(f"backend must be 'local' or 'ray'; got {backend!r}")
     map_fn = _ray_map(jobs) if backend == "ray" else _local_map(jobs, sys.stderr)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    rows, timing = [], {}
+    rows, timing, results, diagnostics = [], {}, {}, {}
     for label, config in configs.items():
         print(
             f"{study} {label}: {trials} trials, n = {list(config.checkpoints)}, "
             f"{jobs} job(s), backend {backend}",
             file=stream,
         )
+        run = run_ensemble_study if isinstance(config, EnsembleStudyConfig) else run_study
         start = time.perf_counter()
-        result = run_study(config, trials, seed=seed, batch_size=batch_size, map_fn=map_fn)
+        result = run(config, trials, seed=seed, batch_size=batch_size, map_fn=map_fn)
         seconds = time.perf_counter() - start
         baseline = draw_baseline(config, trials, jobs)
         timing[label] = {"seconds": seconds, "draw_baseline_seconds": baseline}
-        summaries = (
-            summarize_value(result)
-            if config.value
-            else summarize_parameters(result)
-            + (
-                [
-                    dict(r, method="exploration_only")
-                    for r in summarize_parameters(result, variant="exploration_only")
-                ]
-                if "exploration_only" in config.variants
-                else []
-            )
-            + (
-                [
-                    dict(r, method="paper_projection")
-                    for r in summarize_parameters(result, variant="paper")
-                ]
-                if "paper" in config.variants
-                else []
-            )
-        )
-        for r in summaries:
+        results[label] = result
+        diagnostics[label] = _diagnostics(config, result)
+        for r in _summaries(study, config, result):
             rows.append({"study": study, "setting": label, "method": r.pop("method", "ours"), **r})
         print(
             f"  run {seconds:.1f} s; drawing its contexts alone: {baseline:.1f} s "
@@ -278,6 +458,10 @@ def reproduce(
             file=stream,
         )
     _print_table(study, rows, stream)
+    if study == "ensemble":
+        _print_ensemble(rows, next(iter(diagnostics.values())), stream)
+    raw = save_raw(out / f"{study}.npz", study, results)
+    paths = _write_figures(study, list(configs), results, out, stream) if figures else []
     meta = {
         "study": study,
         "trials": trials,
@@ -291,7 +475,10 @@ def reproduce(
             for k, c in configs.items()
         },
         "timing": timing,
+        "diagnostics": diagnostics,
         "versions": _versions(),
+        "raw": str(raw),
+        "figures": paths,
         "rows": rows,
     }
     (out / f"{study}.json").write_text(json.dumps(meta, indent=2, default=float))
@@ -299,7 +486,10 @@ def reproduce(
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    print(f"wrote {out / (study + '.csv')} and {out / (study + '.json')}", file=stream)
+    print(
+        f"wrote {out / (study + '.csv')}, {out / (study + '.json')} and {raw}",
+        file=stream,
+    )
     return meta
 
 
@@ -321,7 +511,7 @@ def _versions() -> dict:
 
 def _print_table(study, rows, stream) -> None:
     head = (
-        f"{'setting':<8}{'method':<17}{'target':<7}{'n':>5} {'quantity':<14}"
+        f"{'setting':<9}{'method':<17}{'target':<7}{'n':>5} {'quantity':<14}"
         f"{'coverage':>9} {'(paper)':>7} {'length':>8} {'(paper)':>7} {'MSE':>9} "
         f"{'z mean':>7} {'z sd':>6}"
     )
@@ -338,17 +528,43 @@ def _print_table(study, rows, stream) -> None:
                 else None
             )
             paper_len = PAPER_TABLE2[rank][1][arm] if paper_cov is not None else None
+        elif study in ("table1", "table3", "value") and r["method"] == "ours":
+            # The V* entry is the value study's; T1/T2 entries are Table 1's setting.
+            mine = (r["target"] == "V*") == (study == "value")
+            paper_cov = PAPER.get(("coverage",) + key) if mine else None
+            paper_len = PAPER.get(("mean_length",) + key) if mine else None
         else:
-            paper_cov = PAPER.get(("coverage",) + key) if r["method"] == "ours" else None
-            paper_len = PAPER.get(("mean_length",) + key) if r["method"] == "ours" else None
+            paper_cov = paper_len = None
 
         def fmt(v, spec):
             return format(v, spec) if v is not None else " " * len(format(0.0, spec))
 
         print(
-            f"{r['setting']:<8}{r['method']:<17}{r['target']:<7}{r['n']:>5} "
+            f"{r['setting']:<9}{r['method']:<17}{r['target']:<7}{r['n']:>5} "
             f"{r['quantity']:<14}{r['coverage']:>6.3f}±{r['coverage_mcse']:.3f}"
             f"{fmt(paper_cov, '>7.3f')} {r['mean_length']:>8.4f} {fmt(paper_len, '>7.3f')}"
             f" {r['mse']:>9.2e} {r['z_mean']:>+7.3f} {r['z_sd']:>6.3f}",
             file=stream,
         )
+
+
+def _print_ensemble(rows, diagnostics, stream) -> None:
+    """Our z-score moments and coverage beside the paper's statement (Appendix A)."""
+    print(f"paper (Appendix A, ensemble sampling): {PAPER_ENSEMBLE}", file=stream)
+    for r in rows:
+        if r["method"] != "ours":
+            continue
+        print(
+            f"  ours, n = {r['n']}: z mean {r['z_mean']:+.3f} ± {r['z_mean_mcse']:.3f} "
+            f"(N(0,1): 0), z sd {r['z_sd']:.3f} ± {r['z_sd_mcse']:.3f} (N(0,1): 1), "
+            f"coverage {r['coverage']:.3f} ± {r['coverage_mcse']:.3f} (nominal 0.95)",
+            file=stream,
+        )
+    errors = ", ".join(f"{e:.3f}" for e in diagnostics["initial_error_mean"])
+    explore = ", ".join(f"n={n}: {e:.4f}" for n, e in diagnostics["mean_exploration"].items())
+    print(
+        f"  warm start {diagnostics['warm_start_rounds']} uniform rounds: mean "
+        f"||M_hat_a - M_a||_F = {errors} when inference starts; mean e_hat_t {explore}; "
+        f"plug_in = (1/n) sum_t q_t without the correction (a control, same se)",
+        file=stream,
+    )

@@ -127,6 +127,8 @@ def _plot(history, t1_truth, v_truth, out: Path, stream) -> None:
         (axes[1], (3, 4), v_truth, "optimal value V*"),
     ):
         ax.fill_between(h[:, 0], h[:, lo], h[:, hi], alpha=0.3, label="95% interval")
+        # The Wald intervals are symmetric: their midpoint is the point estimate.
+        ax.plot(h[:, 0], (h[:, lo] + h[:, hi]) / 2, lw=1, label="estimate")
         ax.axhline(value, color="k", lw=1, label="truth")
         ax.set_xlabel("online round n")
         ax.set_title(title)

@@ -63,6 +63,7 @@ class MatplotlibMissing(ImportError):
 def _figure_class():
     """``matplotlib.figure.Figure``, or :class:`MatplotlibMissing`."""
     try:
+        import matplotlib  # noqa: F401  (the package first: a blocked package must fail here)
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise MatplotlibMissing(MISSING_MATPLOTLIB) from exc
@@ -369,6 +370,7 @@ def _against_n(result, path, what, confidence_level, reference, title) -> Path:
     for key in keys:
         ax = _axis_for(keys, key, axes)
         main_rows = [r for r in next(iter(rows.values())) if (r["target"], r["quantity"]) == key]
+        ns_run = {r["n"] for r in main_rows}
         for v, vrows in rows.items():
             mine = [r for r in vrows if (r["target"], r["quantity"]) == key]
             if not mine:
@@ -401,8 +403,10 @@ def _against_n(result, path, what, confidence_level, reference, title) -> Path:
                 label="MC band",
             )
             ax.axhline(level, color="k", lw=0.8, label=f"nominal {level:g}")
-        if reference and key in reference:
-            ref = sorted(reference[key].items())
+        # Only the published values at this study's n (a reference at n = 3000 must not
+        # stretch the axis of a short run).
+        ref = sorted((n, v) for n, v in (reference or {}).get(key, {}).items() if n in ns_run)
+        if ref:
             ax.plot([n for n, _ in ref], [v for _, v in ref], "x", color="red", ms=6, label="paper")
         ax.set_title(_panel_title(key), fontsize=9)
         ax.set_xlabel("n", fontsize=8)

@@ -1,5 +1,6 @@
 """The ``lrbandit`` command line: demo, reproduce (local and Ray backends), bench."""
 
+import importlib.util
 import json
 
 import numpy as np
@@ -27,6 +28,19 @@ def test_reproduce_writes_csv_json_with_configuration(tmp_path, capsys):
     assert (tmp_path / "table3.csv").read_text().startswith("study,setting,method")
     assert meta["timing"]["r=3"]["draw_baseline_seconds"] > 0
     assert "exploration_only" in capsys.readouterr().out
+    assert (tmp_path / "table3.npz").is_file()
+    if importlib.util.find_spec("matplotlib") is not None:
+        names = ["table3_zscores.png", "table3_coverage.png", "table3_length.png"]
+        assert [p.split("/")[-1] for p in data["figures"]] == names
+
+
+def test_reproduce_errors_name_the_argument(tmp_path):
+    with pytest.raises(ValueError, match="study"):
+        reproduce("table9", out=tmp_path)
+    with pytest.raises(ValueError, match="trials"):
+        reproduce("ensemble", trials=0, out=tmp_path)
+    with pytest.raises(ValueError, match="backend"):
+        reproduce("ensemble", trials=1, n=(5,), backend="dask", out=tmp_path)
 
 
 def test_results_do_not_depend_on_jobs():

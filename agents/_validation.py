@@ -95,6 +95,13 @@ def check_finite(arr: np.ndarray, name: str, *, batched: bool = False) -> None:
     batched : bool, default False
         If True the leading axis indexes trials and the message names the trial.
     """
+    if arr.dtype.kind in "biu":
+        return
+    # One pass and no temporary: a NaN or an infinity makes the sum non-finite.  Only then
+    # (or when finite entries overflow the sum) is the offending entry looked for.
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.sum(arr)):
+            return
     finite = np.isfinite(arr)
     if finite.all():
         return

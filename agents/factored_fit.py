@@ -11,6 +11,12 @@ solution has rank ≤ r — the case of interest, since the truth has rank r —
 problem has the same optimum.  Each sweep costs two passes over the data instead of the
 one pass per proximal-gradient iteration, and converges in a handful of sweeps from a
 spectral start, so it is the solver for large batches of trials (the Monte Carlo studies).
+
+Layout: a trial's contexts are processed as one ``(d1, n, d2)`` array, in which both
+products a sweep needs are single GEMMs over all rounds and all arms at once,
+``X V = (d1·n × d2)(d2 × K r)`` and ``Uᵀ X = (K r × d1)(d1 × n·d2)``.
+:class:`agents.warm_start.WarmStartBuffer` stores its contexts in that layout, so no copy of
+the data is made; other inputs are transposed once per trial.
 """
 
 from __future__ import annotations
@@ -20,20 +26,95 @@ import numpy as np
 __all__ = ["factored_nuclear_norm_fit"]
 
 
-def _ridge_half_step(Z, wg, yg, lam):
-    """Every arm's ridge regression of ``yg`` on features ``Z`` (B, K, m, d, r), weights ``wg``.
+def _ridge_solve(A: list[np.ndarray], w: list[np.ndarray], y: list[np.ndarray], lam: np.ndarray):
+    """Every arm's weighted ridge regression of ``y[k]`` on the columns of ``A[k]`` (p, m_k).
 
-    The Gram matrices are accumulated in float32 (a well-conditioned design of ~10³ rows; the
-    solve is float64), which halves the dominant cost.
+    The Gram matrices are accumulated in the features' precision (float32 for the buffer's
+    contexts: a well-conditioned design of ~10³ rows) and solved in float64.
     """
-    B, K, m, d, r = Z.shape
-    Z = Z.reshape(B, K, m, d * r).astype(np.float32, copy=False)
-    Zw = Z * wg[..., None].astype(np.float32)
-    G = np.matmul(Zw.swapaxes(-1, -2), Z).astype(np.float64)  # (B, K, d r, d r)
-    b = np.matmul(Zw.swapaxes(-1, -2).astype(np.float64), yg[..., None])[..., 0]
-    idx = np.arange(d * r)
-    G[..., idx, idx] += lam[..., None]
-    return np.linalg.solve(G, b[..., None])[..., 0].reshape(B, K, d, r)
+    K, p = len(A), A[0].shape[0]
+    G = np.empty((K, p, p))
+    b = np.empty((K, p))
+    for k in range(K):
+        Aw = A[k] * w[k]  # (p, m_k)
+        G[k] = Aw @ A[k].T
+        b[k] = Aw.astype(np.float64) @ y[k]
+    idx = np.arange(p)
+    G[:, idx, idx] += lam[:, None]
+    return np.linalg.solve(G, b[..., None])[..., 0]
+
+
+def _fit_trial(
+    X: np.ndarray,
+    actions: np.ndarray,
+    y: np.ndarray,
+    omega: np.ndarray,
+    n_eff: np.ndarray,
+    rank: int,
+    context_scale: float,
+    penalty_scale: float,
+    penalty: np.ndarray | None,
+    penalised_sweeps: int,
+    refit_sweeps: int,
+) -> np.ndarray:
+    """One trial's fit from contexts ``X`` in ``(d1, n, d2)`` layout; returns (K, d1, d2)."""
+    d1, n, d2 = X.shape
+    K, r, dt = omega.shape[1], rank, X.dtype
+    rows = [np.flatnonzero(actions == k) for k in range(K)]
+    # Each arm's rounds as one (d1, m_k, d2) block: both products of a sweep are then one
+    # GEMM over the block, (d1·m × d2)(d2 × r) and (r × d1)(d1 × m·d2).
+    Xk = [np.take(X, rows[k], axis=1) for k in range(K)]
+    w = [omega[rows[k], k].astype(dt) for k in range(K)]
+    yk = [y[rows[k]] for k in range(K)]
+    m = [len(rk) for rk in rows]
+    # Spectral start: c Σ ω y X per arm (unbiased for M under uniform sampling), top r.
+    M0 = np.stack(
+        [context_scale * np.matmul((w[k] * yk[k]).astype(dt), Xk[k]) for k in range(K)]
+    ).astype(np.float64)  # (K, d1, d2)
+    u, s, vt = np.linalg.svd(M0, full_matrices=False)
+    root = np.sqrt(s[:, None, :r])
+    U = u[..., :r] * root  # (K, d1, r)
+    V = vt[:, :r, :].swapaxes(-1, -2) * root  # (K, d2, r)
+    if penalty is not None:
+        lam = np.asarray(penalty, dtype=float)
+    else:
+        # σ̂ from the spectral start's residuals errs high (it still holds signal), so the
+        # penalty errs towards more shrinkage, which the refit below removes.
+        sigma = np.empty(K)
+        for k in range(K):
+            pred = np.matmul(Xk[k], M0[k].astype(dt)[:, :, None])[..., 0].sum(axis=0)  # (m,)
+            sigma[k] = np.sqrt((w[k] * (yk[k] - pred) ** 2).sum())
+        rate = (np.sqrt(d1) + np.sqrt(d2)) / np.sqrt(np.maximum(n_eff, 1.0))
+        lam = penalty_scale * sigma * rate
+
+    def sweep(U, V, lam):
+        # U-step: features vec(X_t V_k), ordered (i, s), as the columns of A (d1 r, m_k).
+        A = [
+            (Xk[k].reshape(-1, d2) @ V[k].astype(dt))
+            .reshape(d1, m[k], r)
+            .transpose(0, 2, 1)
+            .reshape(d1 * r, m[k])
+            for k in range(K)
+        ]
+        U = _ridge_solve(A, w, yk, lam).reshape(K, d1, r)
+        # V-step: features vec(X_tᵀ U_k), ordered (s, j): (r × d1)(d1 × m·d2) -> (r, m, d2).
+        A = [
+            (U[k].T.astype(dt) @ Xk[k].reshape(d1, -1))
+            .reshape(r, m[k], d2)
+            .transpose(0, 2, 1)
+            .reshape(r * d2, m[k])
+            for k in range(K)
+        ]
+        return U, _ridge_solve(A, w, yk, lam).reshape(K, r, d2).swapaxes(-1, -2)
+
+    for _ in range(penalised_sweeps):
+        U, V = sweep(U, V, lam)
+    # Refit: unpenalised sweeps from the penalised solution remove its shrinkage (the role
+    # of the tangent-space refit in the proximal-gradient path); 1e-10 keeps the systems
+    # non-singular for an arm with too few rounds.
+    for _ in range(refit_sweeps):
+        U, V = sweep(U, V, np.full(K, 1e-10))
+    return np.matmul(U, V.swapaxes(-1, -2))
 
 
 def factored_nuclear_norm_fit(
@@ -55,7 +136,9 @@ def factored_nuclear_norm_fit(
     Parameters
     ----------
     X : ndarray (B, n, d1, d2)
-        Contexts (float32 or float64; float32 halves the memory traffic).
+        Contexts (float32 or float64; float32 halves the memory traffic).  A transposed
+        view of ``(B, d1, n, d2)`` storage (as :class:`~agents.warm_start.WarmStartBuffer`
+        returns) is used without a copy.
     actions, rewards : ndarray (B, n)
     n_actions, rank : int
     weights : ndarray (B, n), optional
@@ -77,57 +160,29 @@ def factored_nuclear_norm_fit(
         The fitted ``U Vᵀ`` per trial and arm.
     """
     B, n, d1, d2 = X.shape
-    K, r = n_actions, rank
+    K = n_actions
     w = np.ones((B, n)) if weights is None else np.asarray(weights, dtype=float)
     W = (actions[..., None] == np.arange(K)) * w[..., None]  # (B, n, K)
     total = W.sum(axis=1)  # (B, K)
-    omega = W / np.where(total > 0, total, 1.0)[:, None, :]
-    Wk = omega.transpose(0, 2, 1)  # normalised weights per arm, (B, K, n)
+    omega = W / np.where(total > 0, total, 1.0)[:, None, :]  # normalised weights per arm
     n_eff = np.where((W**2).sum(1) > 0, total**2 / np.maximum((W**2).sum(1), 1e-300), 0.0)
     y = np.asarray(rewards, dtype=float)
-    Xf = X.reshape(B, n, d1 * d2)
-
-    # Spectral start: c Σ ω y X (unbiased for M under uniform sampling), top-r factors.
-    M0 = np.matmul(Xf.transpose(0, 2, 1), (Wk.transpose(0, 2, 1) * y[..., None]).astype(Xf.dtype))
-    M0 = context_scale * M0.transpose(0, 2, 1).reshape(B, K, d1, d2)
-    u, s, vt = np.linalg.svd(M0, full_matrices=False)
-    root = np.sqrt(s[..., None, :r])
-    U = u[..., :r] * root
-    V = vt[..., :r, :].swapaxes(-1, -2) * root
-
-    # Group each trial's rounds by arm, padded to the largest count with zero weight, so
-    # every pass touches each round once, for its own arm only.
-    order = np.argsort(actions, axis=1, kind="stable")
-    counts = (actions[..., None] == np.arange(K)).sum(axis=1)  # (B, K)
-    m = max(int(counts.max()), 1)
-    slot = np.arange(m)
-    valid = slot < counts[..., None]  # (B, K, m)
-    pos = np.where(valid, (np.cumsum(counts, axis=1) - counts)[..., None] + slot, 0)
-    rounds = np.take_along_axis(order, pos.reshape(B, K * m), axis=1).reshape(B, K, m)
-    trial = np.arange(B)[:, None, None]
-    Xg = X[trial, rounds]  # (B, K, m, d1, d2)
-    wg = np.where(valid, omega[trial, rounds, np.arange(K)[None, :, None]], 0.0)
-    yg = y[trial, rounds]
-
-    def sweep(U, V, lam):
-        U = _ridge_half_step(np.matmul(Xg, V[:, :, None].astype(X.dtype)), wg, yg, lam)
-        Ut = U[:, :, None].astype(X.dtype)
-        return U, _ridge_half_step(np.matmul(Xg.swapaxes(-1, -2), Ut), wg, yg, lam)
-
+    lam = None
     if penalty is not None:
-        lam = np.broadcast_to(np.asarray(penalty, dtype=float), (B, K)).copy()
-    else:
-        # σ̂ from the spectral start's residuals errs high (it still holds signal), so the
-        # penalty errs towards more shrinkage, which the refit below removes.
-        pred = np.matmul(Xf, M0.reshape(B, K, -1).transpose(0, 2, 1).astype(Xf.dtype))
-        sigma = np.sqrt((omega * (y[..., None] - pred) ** 2).sum(axis=1))
-        rate = (np.sqrt(d1) + np.sqrt(d2)) / np.sqrt(np.maximum(n_eff, 1.0))
-        lam = penalty_scale * sigma * rate
-    for _ in range(penalised_sweeps):
-        U, V = sweep(U, V, lam)
-    # Refit: unpenalised sweeps from the penalised solution remove its shrinkage (the role
-    # of the tangent-space refit in the proximal-gradient path); 1e-10 keeps the systems
-    # non-singular for an arm with too few rounds.
-    for _ in range(refit_sweeps):
-        U, V = sweep(U, V, np.full((B, K), 1e-10))
-    return np.matmul(U, V.swapaxes(-1, -2))
+        lam = np.broadcast_to(np.asarray(penalty, dtype=float), (B, K))
+    out = np.empty((B, K, d1, d2))
+    for b in range(B):
+        out[b] = _fit_trial(
+            X[b].transpose(1, 0, 2),
+            actions[b],
+            y[b],
+            omega[b],
+            n_eff[b],
+            rank,
+            context_scale,
+            penalty_scale,
+            None if lam is None else lam[b],
+            penalised_sweeps,
+            refit_sweeps,
+        )
+    return out

@@ -714,7 +714,10 @@ class WarmStartBuffer:
         if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise ValueError(f"dtype must be float32 or float64, got {dt}")
         B = 1 if self.n_trials is None else self.n_trials
-        self._X = np.zeros((B, self.length, self.d1, self.d2), dtype=dt)
+        # Stored as (B, d1, length, d2): each trial's rounds of one arm are then one block
+        # for the factored fit's GEMMs (agents.factored_fit); data() returns the
+        # (B, n, d1, d2) view.  np.empty: pages are only touched as rounds arrive.
+        self._X = np.empty((B, self.d1, self.length, self.d2), dtype=dt)
         self._actions = np.zeros((B, self.length), dtype=np.int64)
         self._rewards = np.zeros((B, self.length))
         self._weights = np.zeros((B, self.length))
@@ -757,11 +760,15 @@ class WarmStartBuffer:
         a = check_actions(action, self.n_actions, B)
         r = check_rewards(reward, B)
         wv = check_weights(weight, B)
+        self._store(Xv if B is not None else Xv[None], a, r, wv)
+
+    def _store(self, X: np.ndarray, actions, rewards, weights) -> None:
+        """Store one round already validated by the caller (``X`` of shape (B, d1, d2))."""
         i = self._n
-        self._X[:, i] = Xv if B is not None else Xv[None]
-        self._actions[:, i] = a
-        self._rewards[:, i] = r
-        self._weights[:, i] = wv
+        self._X[:, :, i] = X
+        self._actions[:, i] = actions
+        self._rewards[:, i] = rewards
+        self._weights[:, i] = weights
         self._n += 1
 
     def clear(self) -> None:
@@ -772,7 +779,7 @@ class WarmStartBuffer:
         """Views of the stored ``(X, actions, rewards, weights)`` in the public layout."""
         n = self._n
         parts = (
-            self._X[:, :n],
+            self._X[:, :, :n].transpose(0, 2, 1, 3),
             self._actions[:, :n],
             self._rewards[:, :n],
             self._weights[:, :n],
@@ -813,7 +820,7 @@ class WarmStartBuffer:
             "n_trials": 0 if self.n_trials is None else self.n_trials,
             "dtype": str(self._X.dtype),
             "n": n,
-            "X": self._X[:, :n].copy(),
+            "X": self._X[:, :, :n].transpose(0, 2, 1, 3).copy(),
             "actions": self._actions[:, :n].copy(),
             "rewards": self._rewards[:, :n].copy(),
             "weights": self._weights[:, :n].copy(),
@@ -855,7 +862,7 @@ class WarmStartBuffer:
         wts = arrays["weights"]
         if not np.isfinite(wts).all() or (wts < 0).any():
             raise ValueError("state['weights'] must be finite and >= 0")
-        self._X[:, :n] = arrays["X"]
+        self._X[:, :, :n] = arrays["X"].transpose(0, 2, 1, 3)
         self._actions[:, :n] = acts
         self._rewards[:, :n] = arrays["rewards"]
         self._weights[:, :n] = wts

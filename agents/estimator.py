@@ -58,13 +58,23 @@ _CONFIG_KEYS = (
 # Relative floor for the eigenvalues of U^T U and V^T V in the balancing: a null direction of
 # a rank-deficient factor is raised to it instead of being inverted as ~0 (see _balance).
 _EIG_FLOOR = 1e-13
+# Balancing by Cholesky (see _balance): a jitter of this fraction of the largest diagonal
+# entry keeps the factorisation defined; pairs whose squared pivots fall below 1e3 times it,
+# or whose eigenvalues (squared singular values) fall below _WEAK_FLOOR times the largest,
+# are balanced by eigendecompositions instead.
+_CHOL_FLOOR = 1e-15
+_WEAK_FLOOR = 1e-20
 _TINY = np.finfo(np.float64).tiny
 # Context size from which X V and X^T U are computed column by column (see
 # _context_products).
 _GEMV_MIN_SIZE = 40_000
+# Seed of the fixed weights that fingerprint a context (see LowRankSGD._fingerprint).
+_FINGERPRINT_SEED = 20261126
 
 
-def _context_products(X: np.ndarray, U: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _context_products(
+    X: np.ndarray, U: np.ndarray, V: np.ndarray, xv: bool = True
+) -> tuple[np.ndarray | None, np.ndarray]:
     """``X V`` and ``X^T U`` for stacks of contexts (B, d1, d2) and factors (B, d1, r), (B, d2, r).
 
     For one large context OpenBLAS's gemm with r (~3) columns runs several times slower
@@ -73,15 +83,16 @@ def _context_products(X: np.ndarray, U: np.ndarray, V: np.ndarray) -> tuple[np.n
     of large contexts therefore agrees with unbatched runs to rounding, not bit for bit.)
     """
     if X.shape[0] > 1 or X[0].size < _GEMV_MIN_SIZE:
-        return np.matmul(X, V), np.matmul(X.transpose(0, 2, 1), U)
+        return (np.matmul(X, V) if xv else None), np.matmul(X.transpose(0, 2, 1), U)
     X2 = X[0]
     r = U.shape[2]
-    XV = np.empty((1, X2.shape[0], r))
+    XV = np.empty((1, X2.shape[0], r)) if xv else None
     XtU = np.empty((1, X2.shape[1], r))
     V_rows = np.ascontiguousarray(V[0].T)
     U_rows = np.ascontiguousarray(U[0].T)
     for j in range(r):
-        XV[0, :, j] = X2 @ V_rows[j]
+        if xv:
+            XV[0, :, j] = X2 @ V_rows[j]
         XtU[0, :, j] = U_rows[j] @ X2
     return XV, XtU
 
@@ -89,11 +100,18 @@ def _context_products(X: np.ndarray, U: np.ndarray, V: np.ndarray) -> tuple[np.n
 def _balance(U: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Balance stacks of factor pairs without forming ``U V^T`` (Lemma 2.1).
 
-    With ``U^T U = R_U D_U R_U^T`` and ``V^T V = R_V D_V R_V^T`` (r x r eigendecompositions)
-    and ``D_U^{1/2} R_U^T R_V D_V^{1/2} = Q_U D Q_V^T`` (r x r SVD), the pair
-    ``U R_U D_U^{-1/2} Q_U D^{1/2}``, ``V R_V D_V^{-1/2} Q_V D^{1/2}`` has the same product
-    and both Gram matrices equal to ``D``: it is ``(W_U D^{1/2}, W_V D^{1/2})`` for the top-r
-    SVD ``W_U D W_V^T`` of ``U V^T``.  Cost O((d1 + d2) r^2 + r^3) per pair.
+    Returns ``(U T_U, V T_V, sv)`` with ``T_U T_V^T = I`` (the product is unchanged) and
+    ``(U T_U)^T (U T_U) = (V T_V)^T (V T_V) = diag(sv)``: the pair ``(W_U D^{1/2},
+    W_V D^{1/2})`` for the top-r SVD ``W_U D W_V^T`` of ``U V^T``.  Cost O((d1 + d2) r^2 + r^3)
+    per pair.
+
+    With the Cholesky factor ``U^T U = L L^T`` and the eigendecomposition
+    ``L^T (V^T V) L = Q Λ Q^T`` (eigenvalues decreasing), ``T_U = L^{-T} Q Λ^{1/4}`` and
+    ``T_V = L Q Λ^{-1/4}``, ``sv = Λ^{1/2}``: one ``r x r`` Cholesky, inverse and symmetric
+    eigendecomposition per pair.  Pairs where ``U`` or ``V`` is (nearly) rank-deficient —
+    a Cholesky pivot or an eigenvalue below ``1e-10`` of the largest — take the
+    eigendecomposition route of :func:`_balance_eig` instead, which handles null directions.
+    The choice is made per pair, so a batch gives the same numbers as its pairs one by one.
 
     Parameters
     ----------
@@ -106,12 +124,6 @@ def _balance(U: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     V_bal : ndarray of shape (N, d2, r)
     sv : ndarray of shape (N, r)
         The diagonal of ``D`` (singular values of ``U V^T``, decreasing).
-
-    Notes
-    -----
-    Eigenvalues below ``1e-13`` times the largest are raised to that floor instead of being
-    inverted as ~0: a null direction of ``U`` (rank-deficient estimate) then comes out
-    multiplied by a ~0 singular value rather than as NaN.
     """
     n, _, r = U.shape
     gram = np.empty((2, n, r, r))
@@ -122,6 +134,39 @@ def _balance(U: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
             "LowRankSGD step produced non-finite factors (the iteration diverged): the step "
             "size is too large for the scale of the contexts/rewards; reduce step_scale"
         )
+    # Positive definite by construction unless U is rank-deficient; pivots of such pairs are
+    # replaced below, so the factorisation of the others never fails.
+    scale = np.diagonal(gram[0], axis1=-2, axis2=-1).max(axis=-1)
+    safe = gram[0] + (_TINY + _CHOL_FLOOR * scale)[:, None, None] * np.eye(r)
+    L = np.linalg.cholesky(safe)
+    pivots = np.diagonal(L, axis1=-2, axis2=-1) ** 2
+    S = np.matmul(L.transpose(0, 2, 1), np.matmul(gram[1], L))
+    lam, Q = np.linalg.eigh(S)
+    lam, Q = lam[:, ::-1], Q[:, :, ::-1]  # decreasing
+    weak = (pivots.min(axis=-1) <= 1e3 * _CHOL_FLOOR * scale) | ~(
+        lam[:, -1] > _WEAK_FLOOR * lam[:, 0]
+    )
+    root4 = np.sqrt(np.sqrt(np.where(weak[:, None], 1.0, lam)))[:, None, :]
+    T_U = np.matmul(np.linalg.inv(L).transpose(0, 2, 1), Q) * root4
+    T_V = np.matmul(L, Q) / root4
+    U_bal, V_bal, sv = np.matmul(U, T_U), np.matmul(V, T_V), np.sqrt(np.maximum(lam, 0.0))
+    if weak.any():
+        U_bal[weak], V_bal[weak], sv[weak] = _balance_eig(U[weak], V[weak], gram[:, weak])
+    return U_bal, V_bal, sv
+
+
+def _balance_eig(
+    U: np.ndarray, V: np.ndarray, gram: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_balance` through eigendecompositions, robust to rank-deficient factors.
+
+    With ``U^T U = R_U D_U R_U^T`` and ``V^T V = R_V D_V R_V^T`` and
+    ``D_U^{1/2} R_U^T R_V D_V^{1/2} = Q_U D Q_V^T`` (r x r SVD), ``T_U = R_U D_U^{-1/2} Q_U
+    D^{1/2}`` and ``T_V = R_V D_V^{-1/2} Q_V D^{1/2}``.  Eigenvalues below ``1e-13`` times the
+    largest are raised to that floor instead of being inverted as ~0: a null direction of
+    ``U`` (rank-deficient estimate) then comes out multiplied by a ~0 singular value rather
+    than as NaN.  ``gram`` holds ``U^T U`` and ``V^T V``, shape (2, N, r, r).
+    """
     evals, evecs = np.linalg.eigh(gram)  # (2, N, r) increasing, (2, N, r, r)
     evals = np.maximum(evals, _EIG_FLOOR * evals[..., -1:] + _TINY)
     root = np.sqrt(evals)[..., None, :]
@@ -238,6 +283,13 @@ class LowRankSGD:
         self._t = 0
         self._initialized = False
         self._trials = np.arange(B)
+        # Products of the current round's context with the factors, shared by predict(),
+        # the inference wrappers and update() (see _products_for).
+        self._fp_weights = np.random.default_rng(_FINGERPRINT_SEED).uniform(
+            1.0, 2.0, self.d1 * self.d2
+        )
+        self._version = 0
+        self._products: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ basic properties
     @property
@@ -343,6 +395,7 @@ class LowRankSGD:
         self._counts = np.zeros((self._B, K), dtype=np.int64)
         self._t = 0
         self._initialized = True
+        self._factors_changed()
 
     # ------------------------------------------------------------------ the update
     def update(
@@ -394,40 +447,97 @@ class LowRankSGD:
                 propensities, a, self.n_actions, B, require_chosen_positive=known
             )
         # ---- validated: nothing below raises on user input ---------------------------
-        # Both APIs run the same arithmetic on (B, ., .) stacks (B = 1 unbatched), so that a
-        # batched run equals B unbatched runs bit for bit; the unbatched API only swaps the
-        # fancy-indexed gather/scatter for cheaper basic indexing.
-        if B is None:
+        res = self._step(Xb if B is not None else Xb[None], a, y, p)
+        return float(res[0]) if B is None else res
+
+    def _step(self, Xb: np.ndarray, a: np.ndarray, y: np.ndarray, p: np.ndarray | None):
+        """:meth:`update` on validated arrays in the batched layout (``B = 1`` unbatched):
+        ``Xb`` (B, d1, d2), ``a`` and ``y`` (B,), ``p`` (B, K) or None; returns ``res``.
+
+        Both APIs run the same arithmetic on (B, ., .) stacks, so that a batched run equals B
+        unbatched runs bit for bit; the unbatched API only swaps the fancy-indexed
+        gather/scatter for cheaper basic indexing.
+        """
+        if self.n_trials is None:
             a0 = int(a[0])
             U = self._U[0, a0][None]  # views; not modified in place
             V = self._V[0, a0][None]
-            Xb = Xb[None]
             counts = self._counts[0, a0 : a0 + 1]
         else:
             U = self._U[self._trials, a]  # (B, d1, r) gathered copies
             V = self._V[self._trials, a]
             counts = self._counts[self._trials, a]
-        if known:
+        if self.propensities == "known":
             coef = (self._eta(self._t + 1) * self.c) / p[self._trials, a]
         else:
             coef = self.step_size(counts + 1) * self.c
-        XV, XtU = _context_products(Xb, U, V)
+        XV, XtU = self._pulled_products(Xb, a, U, V)
         res = y - np.matmul(XV.reshape(len(y), 1, -1), U.reshape(len(y), -1, 1))[:, 0, 0]
         step = (coef * res)[:, None, None]
         U_bal, V_bal, sv = _balance(U + step * XV, V + step * XtU)
-        if B is None:
+        if self.n_trials is None:
             self._U[0, a0] = U_bal[0]
             self._V[0, a0] = V_bal[0]
             self._sv[0, a0] = sv[0]
             self._counts[0, a0] += 1
-            self._t += 1
-            return float(res[0])
-        self._U[self._trials, a] = U_bal
-        self._V[self._trials, a] = V_bal
-        self._sv[self._trials, a] = sv
-        self._counts[self._trials, a] += 1
+        else:
+            self._U[self._trials, a] = U_bal
+            self._V[self._trials, a] = V_bal
+            self._sv[self._trials, a] = sv
+            self._counts[self._trials, a] += 1
         self._t += 1
+        self._factors_changed()
         return res
+
+    # ------------------------------------------------------------------ shared products
+    def _factors_changed(self) -> None:
+        self._version += 1
+        self._products = None
+
+    def _fingerprint(self, Xb: np.ndarray) -> np.ndarray:
+        """Per-trial ``<X, W>`` with fixed weights drawn once in [1, 2) (one GEMV).
+
+        It tells whether a context is the one products were computed for, so a round's
+        ``predict``, the inference wrappers' snapshot and ``update`` share one ``X V`` and
+        one ``Xᵀ U`` however the caller copied or reshaped the array in between, while an
+        array edited in place is recomputed.
+        """
+        return Xb.reshape(Xb.shape[0], -1) @ self._fp_weights
+
+    def _products_for(self, Xb: np.ndarray) -> dict[str, Any]:
+        """The product cache for context ``Xb`` (B, d1, d2) under the current factors."""
+        fp = self._fingerprint(Xb)
+        c = self._products
+        if c is None or c["version"] != self._version or not np.array_equal(c["fp"], fp):
+            c = self._products = {"version": self._version, "fp": fp}
+        return c
+
+    def _all_arm_products(self, Xb: np.ndarray) -> np.ndarray:
+        """``X V_a`` for every arm, shape (B, d1, K, r): one product with the arms'
+        ``V`` factors side by side (cached for the round)."""
+        c = self._products_for(Xb)
+        if "XV" not in c:
+            B, K, r = self._B, self.n_actions, self.rank
+            V_cat = self._V.transpose(0, 2, 1, 3).reshape(B, self.d2, K * r)
+            c["XV"] = np.matmul(Xb, V_cat).reshape(B, self.d1, K, r)
+        return c["XV"]
+
+    def _pulled_products(
+        self, Xb: np.ndarray, a: np.ndarray, U: np.ndarray, V: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``X V_a`` (B, d1, r) and ``Xᵀ U_a`` (B, d2, r) for the pulled arms, whose current
+        factors ``U``, ``V`` the caller gathered; reused within the round (cached)."""
+        c = self._products_for(Xb)
+        pulled = c.get("pulled")
+        if pulled is not None and np.array_equal(pulled[0], a):
+            return pulled[1], pulled[2]
+        if "XV" in c:  # predict() has run on this context
+            XV = c["XV"][np.arange(len(a)), :, a, :]
+            XtU = _context_products(Xb, U, V, xv=False)[1]
+        else:
+            XV, XtU = _context_products(Xb, U, V)
+        c["pulled"] = (np.array(a, copy=True), XV, XtU)
+        return XV, XtU
 
     # ------------------------------------------------------------------ read-outs
     def predict(self, X: Any) -> np.ndarray:
@@ -446,14 +556,11 @@ class LowRankSGD:
         """
         self._require_init("predict")
         Xb = check_context(X, self.d1, self.d2, self.n_trials)
-        if self.n_trials is None:
-            Xb = Xb[None]
-        B, K, r = self._B, self.n_actions, self.rank
-        # (B, d2, K*r): the arms' V factors side by side.
-        V_cat = self._V.transpose(0, 2, 1, 3).reshape(B, self.d2, K * r)
-        XV = np.matmul(Xb, V_cat).reshape(B, self.d1, K, r)
-        pred = np.einsum("bikr,bkir->bk", XV, self._U)
-        return self._out(pred)
+        return self._out(self._predict(Xb if self.n_trials is not None else Xb[None]))
+
+    def _predict(self, Xb: np.ndarray) -> np.ndarray:
+        """:meth:`predict` on a validated (B, d1, d2) stack; returns (B, K)."""
+        return np.einsum("bikr,bkir->bk", self._all_arm_products(Xb), self._U)
 
     @property
     def estimates(self) -> np.ndarray:
@@ -579,6 +686,7 @@ class LowRankSGD:
         self._counts = counts.astype(np.int64, copy=True)
         self._t = int(t)
         self._initialized = bool(initialized)
+        self._factors_changed()
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> LowRankSGD:

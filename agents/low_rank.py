@@ -101,8 +101,8 @@ class LowRankPolicy(PolicyBase):
     def _probs(self, x: np.ndarray) -> np.ndarray:
         if self.in_warm_start:
             return np.full((x.shape[0], self.n_actions), 1.0 / self.n_actions)
-        preds = self.estimator.predict(x if self.batched else x[0])
-        return self._greedy_probs(np.atleast_2d(preds))
+        # x is validated (B, d1, d2) (B = 1 unbatched), the estimator's internal layout.
+        return self._greedy_probs(self.estimator._predict(x))
 
     def _greedy_probs(self, preds: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -115,19 +115,14 @@ class LowRankPolicy(PolicyBase):
         b = self.n_trials
         props = check_propensities(props if b is not None else props[0], actions, self.n_actions, b)
         if self.in_warm_start:
-            self._buffer.add(
-                x if b is not None else x[0],
-                actions if b is not None else int(actions[0]),
-                rewards if b is not None else float(rewards[0]),
-            )
+            # x, actions and rewards were validated by update(); weights are 1 (uniform).
+            self._buffer._store(x, actions, rewards, 1.0)
             if self._buffer.full:
                 self.estimator.initialize(self._buffer.fit(context=self.context, rank=self.rank))
                 self._buffer = None  # the bounded buffer is only needed once
             return
-        if b is None:
-            self.estimator.update(x[0], int(actions[0]), float(rewards[0]), props[0])
-        else:
-            self.estimator.update(x, actions, rewards, props)
+        # Everything is validated, in the estimator's batched layout (B = 1 unbatched).
+        self.estimator._step(x, actions, rewards, props)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -194,7 +189,7 @@ class EpsilonGreedy(LowRankPolicy):
             actions = self.rng.integers(0, self.n_actions, size=b)
             explored = np.ones(b, dtype=bool)
         else:
-            preds = np.atleast_2d(self.estimator.predict(x if self.batched else x[0]))
+            preds = self.estimator._predict(x)  # x: validated (B, d1, d2)
             eps = self.epsilon_at(self.online_rounds + 1)
             mask = _greedy_mask(preds)
             probs = (1.0 - eps) * mask / mask.sum(axis=-1, keepdims=True) + eps / self.n_actions

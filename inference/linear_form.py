@@ -76,6 +76,9 @@ _EIG_FLOOR = 1e-12
 _CHOL_FLOOR = 1e-6
 # Singular values of a target below this fraction of its largest are dropped.
 _TARGET_FLOOR = 1e-13
+# Rounds of held * U V^T terms queued before they are added to the accumulators in one GEMM
+# (a bounded buffer of factors, never of contexts).
+_RING = 16
 
 
 def _diagonal_basis_transform(F: np.ndarray) -> np.ndarray:
@@ -219,6 +222,10 @@ class _DebiasedLinearForm:
         self._held = np.zeros((B, K), dtype=np.int64)
         self._last_U = np.zeros((B, K, d1, r))
         self._last_V = np.zeros((B, K, d2, r))
+        # Queued held * U V^T terms not yet in _acc (slot s of the last _ring_n rounds).
+        self._ring_U = np.zeros((B, K, d1, _RING, r))
+        self._ring_V = np.zeros((B, K, d2, _RING, r))
+        self._ring_n = 0
         self._sigma_sum = np.zeros((B, K))
         self._S2_sum = np.zeros((B, K, len(self._names)))
         self._pulls = np.zeros((B, K), dtype=np.int64)
@@ -275,8 +282,12 @@ class _DebiasedLinearForm:
         reward: np.ndarray,
         weight: np.ndarray,
         balanced: bool = False,
+        products: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """Absorb one validated round (batched layout).
+
+        ``products``, if given, is ``(X V_a, Xᵀ U_a)`` for the pulled arms' factors (shapes
+        (B, d1, r) and (B, d2, r)), which the estimator computed for its own step.
 
         ``balanced=True`` promises ``UᵀU`` and ``VᵀV`` diagonal (as
         :class:`agents.LowRankSGD` stores them), so the orthonormal bases are ``U D^{-1/2}``
@@ -302,12 +313,15 @@ class _DebiasedLinearForm:
                 held = self._held[bi, ki]
                 live = held > 0
                 if live.any():
+                    # Queue held * U V^T in this round's ring slot; every _RING rounds one
+                    # GEMM of inner size _RING * r adds the queue to the accumulators.
                     b2, k2 = bi[live], ki[live]
-                    prod = np.matmul(
-                        self._last_U[b2, k2] * held[live, None, None].astype(float),
-                        self._last_V[b2, k2].swapaxes(-1, -2),
-                    ).reshape(-1, D)
-                    _add_rows(acc, b2 * K + k2, prod)
+                    s = self._ring_n
+                    self._ring_U[b2, k2, :, s, :] = self._last_U[b2, k2] * held[live, None, None]
+                    self._ring_V[b2, k2, :, s, :] = self._last_V[b2, k2]
+                    self._ring_n += 1
+                    if self._ring_n == _RING:
+                        self._flush_ring()
                 self._last_U[bi, ki] = U[bi, ki]
                 self._last_V[bi, ki] = V[bi, ki]
                 self._held[bi, ki] = 0
@@ -321,7 +335,11 @@ class _DebiasedLinearForm:
         else:
             Su = _basis_transform(Ua)  # Q_U = U Su
             Sv = _basis_transform(Va)  # Q_V = V Sv
-        XV = np.matmul(X, Va)  # (B, d1, r)
+        if products is None:
+            XV = np.matmul(X, Va)  # (B, d1, r)
+            UtX = np.matmul(Ua.swapaxes(-1, -2), X)  # (B, r, d2)
+        else:
+            XV, UtX = products[0], products[1].swapaxes(-1, -2)
         pred = np.einsum("bir,bir->b", Ua, XV)
         res = reward - pred
         cw = self.c * weight
@@ -332,7 +350,7 @@ class _DebiasedLinearForm:
         Qv = np.matmul(Va, Sv)  # (B, d2, r)
         XQv = np.matmul(XV, Sv)  # X Q_V, (B, d1, r)
         Qu_t = Qu.swapaxes(-1, -2)
-        QuX = np.matmul(Su.swapaxes(-1, -2), np.matmul(Ua.swapaxes(-1, -2), X))  # (B, r, d2)
+        QuX = np.matmul(Su.swapaxes(-1, -2), UtX)  # (B, r, d2)
         # With T = sum_l s_l x_l y_l^T: <x y^T, P_U X> = (Q_U^T x) . (Q_U^T X y),
         # <x y^T, X P_V> = (x^T X Q_V) . (Q_V^T y), <x y^T, P_U X P_V> = (Q_U^T x)^T C (Q_V^T y)
         # with C = Q_U^T X Q_V.  (X Y_s as one big GEMM would save the pass over X, but
@@ -357,6 +375,21 @@ class _DebiasedLinearForm:
         self._n += 1
         self._cache.clear()
 
+    def _ring_sum(self, arm=slice(None)) -> np.ndarray:
+        """Sum of the queued ``held * U V^T`` terms, shape (B, [K,] d1, d2)."""
+        U, V = self._ring_U[:, arm], self._ring_V[:, arm]
+        lead = U.shape[:-3]
+        return np.matmul(
+            U.reshape(*lead, self.d1, _RING * self.rank),
+            V.reshape(*lead, self.d2, _RING * self.rank).swapaxes(-1, -2),
+        )
+
+    def _flush_ring(self) -> None:
+        B, K = self._B, self.n_actions
+        self._acc += self._ring_sum().reshape(B, K, -1)
+        self._ring_U[...] = 0.0  # V slots are multiplied by these zeros until rewritten
+        self._ring_n = 0
+
     # ------------------------------------------------------------------ read-out
     def _warn_no_rounds(self, what: str) -> None:
         warn_insufficient(
@@ -368,8 +401,10 @@ class _DebiasedLinearForm:
     def _debiased(self, arm: int) -> np.ndarray:
         """``M^unbs_arm``, shape (B, d1, d2); needs ``n > 0``."""
         held = self._held[:, arm].astype(float)[:, None, None]
-        total = self._acc[:, arm].reshape(-1, self.d1, self.d2) + np.matmul(
-            self._last_U[:, arm] * held, self._last_V[:, arm].swapaxes(-1, -2)
+        total = (
+            self._acc[:, arm].reshape(-1, self.d1, self.d2)
+            + self._ring_sum(arm)
+            + np.matmul(self._last_U[:, arm] * held, self._last_V[:, arm].swapaxes(-1, -2))
         )
         return total / self._n
 
@@ -558,6 +593,9 @@ class _DebiasedLinearForm:
             "held": self._held.copy(),
             "last_U": self._last_U.copy(),
             "last_V": self._last_V.copy(),
+            "ring_U": self._ring_U.copy(),
+            "ring_V": self._ring_V.copy(),
+            "ring_n": int(self._ring_n),
             "sigma_sum": self._sigma_sum.copy(),
             "S2_sum": self._S2_sum.copy(),
             "pulls": self._pulls.copy(),
@@ -580,7 +618,8 @@ class _DebiasedLinearForm:
         if targets.shape != self._T.shape or not np.array_equal(targets, self._T):
             raise ValueError("state['targets'] does not match this object's targets")
         new: dict[str, np.ndarray] = {}
-        for key in ("acc", "held", "last_U", "last_V", "sigma_sum", "S2_sum", "pulls"):
+        arrays = ("acc", "held", "last_U", "last_V", "ring_U", "ring_V", "sigma_sum", "S2_sum")
+        for key in (*arrays, "pulls"):
             arr = np.asarray(state[key])
             if arr.shape != mine[key].shape or arr.dtype != mine[key].dtype:
                 raise ValueError(
@@ -593,12 +632,20 @@ class _DebiasedLinearForm:
         n = state["n"]
         if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
             raise ValueError(f"state['n'] must be a non-negative integer, got {n!r}")
+        ring_n = state["ring_n"]
+        if isinstance(ring_n, bool) or not isinstance(ring_n, int | np.integer):
+            raise ValueError(f"state['ring_n'] must be an integer, got {ring_n!r}")
+        if not 0 <= ring_n < _RING:
+            raise ValueError(f"state['ring_n'] must be in [0, {_RING}), got {ring_n!r}")
         self._n = int(n)
+        self._ring_n = int(ring_n)
         self._initialized = bool(state["initialized"])
         self._acc = new["acc"]
         self._held = new["held"]
         self._last_U = new["last_U"]
         self._last_V = new["last_V"]
+        self._ring_U = new["ring_U"]
+        self._ring_V = new["ring_V"]
         self._sigma_sum = new["sigma_sum"]
         self._S2_sum = new["S2_sum"]
         self._pulls = new["pulls"]
@@ -710,9 +757,10 @@ class LinearFormInference(_DebiasedLinearForm):
         p = check_propensities(propensities, a, self.n_actions, self.n_trials)
         self._update_validated(Ub, Vb, Xb, a, y, p)
 
-    def _update_validated(self, U, V, X, a, y, p, balanced: bool = False) -> None:
-        """:meth:`update` on validated batched arrays (the wrappers' path)."""
+    def _update_validated(self, U, V, X, a, y, p, balanced: bool = False, products=None) -> None:
+        """:meth:`update` on validated batched arrays (the wrappers' path); ``products``:
+        ``(X V_a, Xᵀ U_a)`` of the pulled arms when the caller already has them."""
         weight = 1.0 / p[np.arange(self._B), a]
         if self.ablation == "no_ipw":
             weight = np.ones_like(weight)
-        self._absorb(U, V, X, a, y, weight, balanced=balanced)
+        self._absorb(U, V, X, a, y, weight, balanced=balanced, products=products)

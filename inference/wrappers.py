@@ -192,7 +192,7 @@ class _Watcher:
         actions, props = self._resolve(action)
         x = self._x
         ready = self._estimate_ready()
-        snapshot = self._snapshot(x, props) if ready else None
+        snapshot = self._snapshot(x, actions, props) if ready else None
         obs, reward, terminated, truncated, info = inner_step(action)
         rewards = self._check_reward(reward, self.n_trials)
         # The step has happened; a NaN reward from the environment must not reach the sums.
@@ -294,18 +294,36 @@ class _ParameterMixin(_Watcher):
         )
         self.target_names = self.core.target_names
 
-    def _snapshot(self, x, props):
-        u, v = self.estimator.factors
-        return np.array(u, copy=True), np.array(v, copy=True)
+    def _snapshot(self, x, actions, props):
+        u, v = (np.array(f, copy=True) for f in self.estimator.factors)
+        if self.n_trials is None:
+            u, v = u[None], v[None]
+        products = None
+        if isinstance(self.estimator, LowRankSGD):
+            # X V_a and Xᵀ U_a of the pulled arms, shared with the estimator's own update
+            # of this round (and with predict(), which the agent ran on this context).
+            xb = x if self.n_trials is not None else x[None]
+            trials = np.arange(len(actions))
+            products = self.estimator._pulled_products(
+                xb, actions, u[trials, actions], v[trials, actions]
+            )
+        return u, v, products
 
     def _absorb(self, snapshot, x, actions, rewards, props):
-        u, v = snapshot
+        u, v, products = snapshot
         if self.n_trials is None:
-            u, v, x = u[None], v[None], x[None]
+            x = x[None]
         # Inputs were validated before the step (decision, reward); the factors come from a
         # LowRankSGD, which stores them balanced.
         self.core._update_validated(
-            u, v, x, actions, rewards, props, balanced=isinstance(self.estimator, LowRankSGD)
+            u,
+            v,
+            x,
+            actions,
+            rewards,
+            props,
+            balanced=isinstance(self.estimator, LowRankSGD),
+            products=products,
         )
 
     def _running_info(self) -> dict[str, Any]:
@@ -380,8 +398,11 @@ class _ValueMixin(_Watcher):
             self.n_actions, n_trials=self.n_trials, propensities=propensities
         )
 
-    def _snapshot(self, x, props):
-        pred = np.array(self.estimator.predict(x), ndmin=2)
+    def _snapshot(self, x, actions, props):
+        if isinstance(self.estimator, LowRankSGD):  # shares the agent's X V of this round
+            pred = self.estimator._predict(x if self.n_trials is not None else x[None])
+        else:
+            pred = np.array(self.estimator.predict(x), ndmin=2)
         self.core._check_hat(pred, props)  # before the step: a zero 1/(1 - e_t) is refused
         return pred
 

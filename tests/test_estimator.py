@@ -162,6 +162,41 @@ def test_factors_stay_balanced():
         )
 
 
+def test_balance_routes_agree_and_rank_deficient_pairs_take_the_robust_one():
+    """The Cholesky route of _balance and the eigendecomposition route give the same
+    balanced pairs; rank-deficient or tiny factors go the robust way, chosen per pair so a
+    batch equals its pairs one by one bit for bit."""
+    from agents.estimator import _balance, _balance_eig
+
+    rng = np.random.default_rng(11)
+    N, d1, d2, r = 40, 9, 7, 3
+    U = rng.standard_normal((N, d1, r)) * rng.uniform(0.1, 10, (N, 1, r))
+    V = rng.standard_normal((N, d2, r))
+    U[0, :, 2] = 0.0  # rank-deficient U
+    V[1, :, 0] = V[1, :, 1]  # rank-deficient V
+    U[2] *= 1e-9  # tiny but full rank
+    Ub, Vb, sv = _balance(U, V)
+    gram = np.stack([U.transpose(0, 2, 1) @ U, V.transpose(0, 2, 1) @ V])
+    Ue, Ve, se = _balance_eig(U, V, gram)
+    np.testing.assert_allclose(sv, se, rtol=1e-9, atol=1e-12 * se.max())
+    prod = U @ V.transpose(0, 2, 1)
+    for Ux, Vx in ((Ub, Vb), (Ue, Ve)):
+        scale = np.abs(prod).max()
+        np.testing.assert_allclose(Ux @ Vx.transpose(0, 2, 1), prod, atol=1e-12 * scale)
+    ok = sv[:, -1] > 1e-6 * sv[:, 0]
+    assert not ok[0] and not ok[1] and ok[2:].all()  # the rank-deficient pairs, found
+    G_U, G_V = Ub.transpose(0, 2, 1) @ Ub, Vb.transpose(0, 2, 1) @ Vb
+    diag = sv[:, :, None] * np.eye(r)
+    np.testing.assert_allclose(G_U[ok], diag[ok], atol=1e-10 * sv.max())
+    np.testing.assert_allclose(G_V[ok], diag[ok], atol=1e-10 * sv.max())
+    assert np.all(np.diff(sv, axis=1) <= 0)
+    for i in (0, 1, 2, 3):
+        u1, v1, s1 = _balance(U[i : i + 1], V[i : i + 1])
+        np.testing.assert_array_equal(u1[0], Ub[i])
+        np.testing.assert_array_equal(v1[0], Vb[i])
+        np.testing.assert_array_equal(s1[0], sv[i])
+
+
 def test_subspaces_and_predict():
     rng = np.random.default_rng(4)
     d1, d2, r, K = 10, 6, 2, 3

@@ -225,30 +225,33 @@ def test_state_dict_round_trip_continues_identically():
         other.load_state_dict(full.state_dict())
 
 
-def test_factor_change_detection_costs_one_product_per_trial(monkeypatch):
-    """With SGD-like factors only the previous pulled arm is flushed: one d1 x d2 x r
-    product per trial per round, not K."""
+def test_factor_changes_are_queued_per_changed_arm_and_flushed_in_blocks(monkeypatch):
+    """With SGD-like factors only the previous pulled arm is queued (one factor pair per trial
+    per round, not K), and the queue reaches the d1 x d2 accumulators in one GEMM every
+    _RING rounds instead of a product per round."""
     import inference.linear_form as lf
 
     rng = np.random.default_rng(5)
-    B, K, d1, d2, r = 3, 4, 6, 5, 2
+    B, K, d1, d2, r, n = 3, 4, 6, 5, 2, 40
     targets = _targets(rng, d1, d2)
-    hist = make_history(rng, 12, K, d1, d2, r, B=B)
-    rows_flushed = []
-    real = lf._add_rows
+    hist = make_history(rng, n, K, d1, d2, r, B=B)
+    queued = []
+    real = lf._DebiasedLinearForm._flush_ring
 
-    def spy(acc, rows, values, scale=None):
-        if scale is None:
-            rows_flushed.append(len(rows))
-        real(acc, rows, values, scale)
+    def spy(self):
+        queued.append(int(np.count_nonzero(self._ring_U.any(axis=(2, 4)))))
+        real(self)
 
-    monkeypatch.setattr(lf, "_add_rows", spy)
+    monkeypatch.setattr(lf._DebiasedLinearForm, "_flush_ring", spy)
     inf = LinearFormInference(d1, d2, r, K, targets, n_trials=B)
     for row in hist:
         inf.update(*row)
-    # round 5 of make_history also moves arm 0 and arm 2 of every trial.
-    assert max(rows_flushed) <= 3 * B
-    assert np.median(rows_flushed) <= B
+    # Factors change in every round after the first: two full queues in 40 rounds.
+    assert len(queued) == (n - 1) // lf._RING == 2
+    # At most one pair per trial per round, plus the two extra arms moved in round 5.
+    assert all(q <= B * lf._RING + 2 * B for q in queued)
+    assert queued[1] <= B * lf._RING
+    assert 0 < inf._ring_n < lf._RING  # the rest is still queued, and read out (see above)
 
 
 # ----------------------------------------------------------------------------- statistics

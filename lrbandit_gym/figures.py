@@ -7,7 +7,7 @@ axis; see :func:`lrbandit_gym.studies.summarize_parameters`) and draw:
 * :func:`zscore_figure`: histograms of the z-scores ``(estimate - truth) / se`` with the
   ``N(0, 1)`` density, one panel per target x arm (and the arm difference) at each ``n``,
   as the paper's Figs. 4-5 (``sqrt(n) (m_hat - m) / (sigma_hat S_hat)``, Theorem 3.2) and
-  its Appendix figures for ``V*`` (Theorems 4.2 and A.2);
+  its appendix figures for ``V*`` (Theorem 4.2; Appendix A with estimated propensities);
 * :func:`coverage_figure`: coverage against ``n`` with the nominal level and its Monte Carlo
   band ``level +- 1.96 sqrt(level (1 - level) / trials)``;
 * :func:`length_figure`: mean interval length ``2 z se`` against ``n``.

@@ -1,10 +1,10 @@
 """``lrbandit reproduce``: the paper's simulation studies (ALGORITHMS.md §6), from one command.
 
 Each study runs on the vector environment with a batched agent (ε-greedy low-rank SGD; for
-``ensemble``, ensemble sampling, Appendix A) and the inference wrappers sharing its
-estimate; one run to the largest ``n`` reads the intervals at every requested ``n``.  Chunks
-of trials are seeded from one ``SeedSequence`` and run with one BLAS thread, so the numbers
-do not depend on ``--jobs`` or ``--backend``.
+``ensemble``, ensemble sampling of Appendix B.3 with the inference of Appendix A) and the
+inference wrappers sharing its estimate; one run to the largest ``n`` reads the intervals at
+every requested ``n``.  Chunks of trials are seeded from one ``SeedSequence`` and run with
+one BLAS thread, so the numbers do not depend on ``--jobs`` or ``--backend``.
 
 Outputs under ``--out``: ``{study}.csv`` and ``{study}.json`` (rows, configuration, versions,
 seed, timing, the list of figures), ``{study}.npz`` (the raw per-trial arrays of every
@@ -122,7 +122,8 @@ PAPER_TABLE2 = {
     7: ((0.913, 0.906), (0.021, 0.021)),
 }
 
-#: Appendix A (ensemble sampling, Fig. "TS value inference"): the paper's only statement.
+#: Appendix B.3 (ensemble sampling; inference of Appendix A), its figure of z-scores: the
+#: paper's only statement about this study.
 PAPER_ENSEMBLE = "z-scores close to N(0, 1) at n = 300 and n = 700 (a histogram; no numbers)"
 
 STUDIES = ("table1", "table2", "table3", "value", "ensemble")
@@ -549,8 +550,8 @@ def _print_table(study, rows, stream) -> None:
 
 
 def _print_ensemble(rows, diagnostics, stream) -> None:
-    """Our z-score moments and coverage beside the paper's statement (Appendix A)."""
-    print(f"paper (Appendix A, ensemble sampling): {PAPER_ENSEMBLE}", file=stream)
+    """Our z-score moments and coverage beside the paper's statement (Appendix B.3)."""
+    print(f"paper (Appendix B.3, ensemble sampling): {PAPER_ENSEMBLE}", file=stream)
     for r in rows:
         if r["method"] != "ours":
             continue

@@ -1,4 +1,4 @@
-"""The ensemble-sampling value study (Appendix A; lrbandit_gym.ensemble_study)."""
+"""The ensemble-sampling value study (Appendix B.3 with Appendix A's inference)."""
 
 import json
 
@@ -154,7 +154,7 @@ def test_paper_defaults():
 
 @pytest.mark.slow
 def test_value_z_scores_are_standard_normal_at_n_300():
-    """Appendix A's claim at n = 300 on the paper's setting (48 seeded trials, ~20-40 s),
+    """Appendix B.3's claim at n = 300 on the paper's setting (48 seeded trials, ~20-40 s),
     and a control that the bounds have power: without a warm start the estimator is
     centred on the value of a near-random greedy policy and the same bounds fail."""
     config = EnsembleStudyConfig(checkpoints=(300,))

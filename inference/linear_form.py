@@ -81,13 +81,13 @@ _TARGET_FLOOR = 1e-13
 _RING = 16
 
 
-def _diagonal_basis_transform(F: np.ndarray) -> np.ndarray:
-    """``S = diag(FᵀF)^{-1/2}`` for factors with orthogonal columns (zero columns stay 0)."""
+def _inverse_column_norms(F: np.ndarray) -> np.ndarray:
+    """``diag(FᵀF)^{-1/2}`` as (B, r) for factors with orthogonal columns, so that
+    ``F * s[:, None, :]`` is orthonormal (zero columns stay 0)."""
     sq = np.einsum("bir,bir->br", F, F)
     top = sq.max(axis=-1, keepdims=True)
     keep = (sq > _EIG_FLOOR * top) & (top > 0)
-    inv = np.where(keep, 1.0 / np.sqrt(np.where(keep, sq, 1.0)), 0.0)
-    return inv[:, :, None] * np.eye(F.shape[-1])
+    return np.where(keep, 1.0 / np.sqrt(np.where(keep, sq, 1.0)), 0.0)
 
 
 def _basis_transform(F: np.ndarray) -> np.ndarray:
@@ -330,11 +330,6 @@ class _DebiasedLinearForm:
         # 2. The pulled arm: residual and orthonormal bases from r x r Gram matrices.
         Ua = U[trials, action]  # (B, d1, r)
         Va = V[trials, action]  # (B, d2, r)
-        if balanced:
-            Su, Sv = _diagonal_basis_transform(Ua), _diagonal_basis_transform(Va)
-        else:
-            Su = _basis_transform(Ua)  # Q_U = U Su
-            Sv = _basis_transform(Va)  # Q_V = V Sv
         if products is None:
             XV = np.matmul(X, Va)  # (B, d1, r)
             UtX = np.matmul(Ua.swapaxes(-1, -2), X)  # (B, r, d2)
@@ -346,11 +341,19 @@ class _DebiasedLinearForm:
 
         # 3. sigma^2 and S^2 running sums (pulled arm only).
         self._sigma_sum[trials, action] += weight * res * res
-        Qu = np.matmul(Ua, Su)  # (B, d1, r)
-        Qv = np.matmul(Va, Sv)  # (B, d2, r)
-        XQv = np.matmul(XV, Sv)  # X Q_V, (B, d1, r)
+        if balanced:  # Q = F diag(s): scale columns instead of r x r products
+            su, sv = _inverse_column_norms(Ua), _inverse_column_norms(Va)  # (B, r)
+            Qu, Qv = Ua * su[:, None, :], Va * sv[:, None, :]
+            XQv = XV * sv[:, None, :]  # X Q_V, (B, d1, r)
+            QuX = UtX * su[:, :, None]  # Q_U^T X, (B, r, d2)
+        else:
+            Su = _basis_transform(Ua)  # Q_U = U Su
+            Sv = _basis_transform(Va)  # Q_V = V Sv
+            Qu = np.matmul(Ua, Su)
+            Qv = np.matmul(Va, Sv)
+            XQv = np.matmul(XV, Sv)
+            QuX = np.matmul(Su.swapaxes(-1, -2), UtX)
         Qu_t = Qu.swapaxes(-1, -2)
-        QuX = np.matmul(Su.swapaxes(-1, -2), UtX)  # (B, r, d2)
         # With T = sum_l s_l x_l y_l^T: <x y^T, P_U X> = (Q_U^T x) . (Q_U^T X y),
         # <x y^T, X P_V> = (x^T X Q_V) . (Q_V^T y), <x y^T, P_U X P_V> = (Q_U^T x)^T C (Q_V^T y)
         # with C = Q_U^T X Q_V.  (X Y_s as one big GEMM would save the pass over X, but

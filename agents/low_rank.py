@@ -119,7 +119,8 @@ class LowRankPolicy(PolicyBase):
             self._buffer._store(x, actions, rewards, 1.0)
             if self._buffer.full:
                 self.estimator.initialize(self._buffer.fit(context=self.context, rank=self.rank))
-                self._buffer = None  # the bounded buffer is only needed once
+                self._buffer.release()  # the bounded buffer is only needed once
+                self._buffer = None
             return
         # Everything is validated, in the estimator's batched layout (B = 1 unbatched).
         self.estimator._step(x, actions, rewards, props)

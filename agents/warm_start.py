@@ -83,6 +83,7 @@ __all__ = [
     "WarmStartBuffer",
     "fit_nuclear_norm",
     "nuclear_norm_fit",
+    "reuse_buffer_memory",
 ]
 
 #: Exploration rounds (all arms together, uniformly random actions) for the warm start.
@@ -109,6 +110,9 @@ DEFAULT_PENALTY_SCALE = 0.5
 
 _CONTEXTS = ("gaussian", "completion")
 _SOLVERS = ("factored", "proximal")
+# Storage of released buffers kept for the next buffer of the same shape (see
+# keep_buffer_memory); None: released storage is freed.
+_SPARE_STORAGE: list[np.ndarray] | None = None
 _N_MC = 4  # Monte Carlo draws for the gradient-noise scale
 _SIGMA_RTOL = 0.05  # stop the noise fixed point when sigma_hat moves less than this
 _MAX_SIGMA_ITER = 6
@@ -667,6 +671,33 @@ def nuclear_norm_fit(
     ).estimate
 
 
+def _take_spare(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    if _SPARE_STORAGE:
+        for i, arr in enumerate(_SPARE_STORAGE):
+            if arr.shape == shape and arr.dtype == dtype:
+                return _SPARE_STORAGE.pop(i)
+    # np.empty: pages are only touched as rounds arrive.
+    return np.empty(shape, dtype=dtype)
+
+
+def reuse_buffer_memory(enabled: bool = True) -> bool:
+    """Keep the storage of released :class:`WarmStartBuffer` s for the next buffer of the
+    same shape (``True``) or free it (``False``, the default); returns the previous setting.
+
+    A Monte Carlo study runs one warm start per chunk of trials in each worker process; a
+    125-trial buffer in the paper's setting is 2.5 GB, and touching that much fresh memory
+    (the kernel zeroes every page) costs seconds per chunk, while reusing it costs nothing.
+    The study workers switch this on for their lifetime (:mod:`lrbandit_gym.studies`);
+    elsewhere an agent does not hold the memory after its warm start.  Switching it off
+    frees the kept storage.
+    """
+    global _SPARE_STORAGE
+    previous = _SPARE_STORAGE is not None
+    if bool(enabled) != previous:
+        _SPARE_STORAGE = [] if enabled else None
+    return previous
+
+
 class WarmStartBuffer:
     """Preallocated store for the exploration phase that feeds :func:`nuclear_norm_fit`.
 
@@ -714,10 +745,11 @@ class WarmStartBuffer:
         if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise ValueError(f"dtype must be float32 or float64, got {dt}")
         B = 1 if self.n_trials is None else self.n_trials
+        shape = (B, self.d1, self.length, self.d2)
         # Stored as (B, d1, length, d2): each trial's rounds of one arm are then one block
         # for the factored fit's GEMMs (agents.factored_fit); data() returns the
         # (B, n, d1, d2) view.  np.empty: pages are only touched as rounds arrive.
-        self._X = np.empty((B, self.d1, self.length, self.d2), dtype=dt)
+        self._X = _take_spare(shape, dt)
         self._actions = np.zeros((B, self.length), dtype=np.int64)
         self._rewards = np.zeros((B, self.length))
         self._weights = np.zeros((B, self.length))
@@ -774,6 +806,19 @@ class WarmStartBuffer:
     def clear(self) -> None:
         """Forget the stored rounds (the memory stays allocated)."""
         self._n = 0
+
+    def release(self) -> None:
+        """Give the storage up (the buffer is empty and full afterwards: ``length`` 0 is
+        not allowed, so further :meth:`add` calls raise).
+
+        With :func:`reuse_buffer_memory` on, the storage is kept for the next buffer of the
+        same shape; otherwise it is freed as soon as no view of it is alive.
+        """
+        if _SPARE_STORAGE is not None and self._X.size:
+            _SPARE_STORAGE.append(self._X)
+        self._X = self._X[:, :, :0]
+        self._n = 0
+        self.length = 0
 
     def data(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Views of the stored ``(X, actions, rewards, weights)`` in the public layout."""

@@ -253,25 +253,39 @@ def run_study(
     seeds = np.random.SeedSequence(seed).spawn(len(sizes))
     jobs = [(config, size, s) for size, s in zip(sizes, seeds, strict=True)]
     if map_fn is None:
+        from agents.warm_start import reuse_buffer_memory
+
         chunks = []
-        for i, job in enumerate(jobs):
-            chunks.append(run_chunk(*job))
-            if progress is not None:
-                progress(i + 1, len(jobs))
+        previous = reuse_buffer_memory(True)  # one warm-start buffer for all chunks
+        try:
+            for i, job in enumerate(jobs):
+                chunks.append(run_chunk(*job))
+                if progress is not None:
+                    progress(i + 1, len(jobs))
+        finally:
+            reuse_buffer_memory(previous)
     else:
         chunks = list(map_fn(_run_job, jobs))
     return _concat(chunks)
 
 
 def _run_job(job):
+    """A chunk for ``map_fn``: the worker keeps one warm-start buffer for all its chunks."""
+    from agents.warm_start import reuse_buffer_memory
+
+    reuse_buffer_memory(True)
     return run_chunk(*job)
 
 
 def _single_threaded_blas() -> None:
-    """Worker initializer: one BLAS thread per process (2 processes on 2 cores, not 2×2)."""
+    """Worker initializer: one BLAS thread per process (2 processes on 2 cores, not 2×2),
+    and one warm-start buffer reused by all the chunks the process runs."""
     from threadpoolctl import threadpool_limits
 
+    from agents.warm_start import reuse_buffer_memory
+
     threadpool_limits(1)
+    reuse_buffer_memory(True)
 
 
 def process_map(jobs: int):

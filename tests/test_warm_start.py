@@ -237,3 +237,27 @@ def test_buffer_batched_and_validation():
     assert buf.n == 0 and not buf.full
     with pytest.raises(RuntimeError, match="empty"):
         buf.fit()
+
+
+def test_released_storage_is_reused_only_when_asked():
+    """reuse_buffer_memory(True) hands a released buffer's storage to the next buffer of the
+    same shape (the study workers' setting); by default release frees it."""
+    from agents.warm_start import reuse_buffer_memory
+
+    assert reuse_buffer_memory(False) is False  # the default is off
+    first = WarmStartBuffer(4, 3, 2, length=5, n_trials=2)
+    storage = first._X
+    first.release()
+    assert WarmStartBuffer(4, 3, 2, length=5, n_trials=2)._X is not storage
+    with pytest.raises(RuntimeError, match="full"):
+        first.add(np.ones((2, 4, 3)), np.zeros(2, dtype=int), np.zeros(2))
+    try:
+        assert reuse_buffer_memory(True) is False
+        first = WarmStartBuffer(4, 3, 2, length=5, n_trials=2)
+        storage = first._X
+        first.release()
+        assert WarmStartBuffer(4, 3, 2, length=6, n_trials=2)._X is not storage  # shape
+        second = WarmStartBuffer(4, 3, 2, length=5, n_trials=2)
+        assert second._X is storage and second.n == 0
+    finally:
+        assert reuse_buffer_memory(False) is True

@@ -127,7 +127,7 @@ def factored_nuclear_norm_fit(
     weights: np.ndarray | None = None,
     context_scale: float = 1.0,
     penalty_scale: float = 0.5,
-    penalised_sweeps: int = 2,
+    penalised_sweeps: int = 1,
     refit_sweeps: int = 3,
     penalty: np.ndarray | None = None,
 ) -> np.ndarray:

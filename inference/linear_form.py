@@ -81,10 +81,12 @@ _TARGET_FLOOR = 1e-13
 _RING = 16
 
 
-def _inverse_column_norms(F: np.ndarray) -> np.ndarray:
+def _inverse_column_norms(F: np.ndarray, sq: np.ndarray | None = None) -> np.ndarray:
     """``diag(FᵀF)^{-1/2}`` as (B, r) for factors with orthogonal columns, so that
-    ``F * s[:, None, :]`` is orthonormal (zero columns stay 0)."""
-    sq = np.einsum("bir,bir->br", F, F)
+    ``F * s[:, None, :]`` is orthonormal (zero columns stay 0); ``sq``: the squared column
+    norms when known (the singular values, for balanced factors)."""
+    if sq is None:
+        sq = np.einsum("bir,bir->br", F, F)
     top = sq.max(axis=-1, keepdims=True)
     keep = (sq > _EIG_FLOOR * top) & (top > 0)
     return np.where(keep, 1.0 / np.sqrt(np.where(keep, sq, 1.0)), 0.0)
@@ -282,12 +284,13 @@ class _DebiasedLinearForm:
         reward: np.ndarray,
         weight: np.ndarray,
         balanced: bool = False,
-        products: tuple[np.ndarray, np.ndarray] | None = None,
+        products: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """Absorb one validated round (batched layout).
 
-        ``products``, if given, is ``(X V_a, Xᵀ U_a)`` for the pulled arms' factors (shapes
-        (B, d1, r) and (B, d2, r)), which the estimator computed for its own step.
+        ``products``, if given, is ``(X V_a, Xᵀ U_a, D_a)`` for the pulled arms' factors
+        (shapes (B, d1, r), (B, d2, r), (B, r)), which the estimator computed for its own
+        step; ``D_a`` (the singular values) is only read with ``balanced=True``.
 
         ``balanced=True`` promises ``UᵀU`` and ``VᵀV`` diagonal (as
         :class:`agents.LowRankSGD` stores them), so the orthonormal bases are ``U D^{-1/2}``
@@ -317,7 +320,10 @@ class _DebiasedLinearForm:
                     # GEMM of inner size _RING * r adds the queue to the accumulators.
                     b2, k2 = bi[live], ki[live]
                     s = self._ring_n
-                    self._ring_U[b2, k2, :, s, :] = self._last_U[b2, k2] * held[live, None, None]
+                    queued = self._last_U[b2, k2]
+                    if (held[live] != 1).any():
+                        queued *= held[live, None, None]
+                    self._ring_U[b2, k2, :, s, :] = queued
                     self._ring_V[b2, k2, :, s, :] = self._last_V[b2, k2]
                     self._ring_n += 1
                     if self._ring_n == _RING:
@@ -342,7 +348,8 @@ class _DebiasedLinearForm:
         # 3. sigma^2 and S^2 running sums (pulled arm only).
         self._sigma_sum[trials, action] += weight * res * res
         if balanced:  # Q = F diag(s): scale columns instead of r x r products
-            su, sv = _inverse_column_norms(Ua), _inverse_column_norms(Va)  # (B, r)
+            sq = None if products is None else products[2]  # U^T U = V^T V = diag(sq)
+            su, sv = _inverse_column_norms(Ua, sq), _inverse_column_norms(Va, sq)  # (B, r)
             Qu, Qv = Ua * su[:, None, :], Va * sv[:, None, :]
             XQv = XV * sv[:, None, :]  # X Q_V, (B, d1, r)
             QuX = UtX * su[:, :, None]  # Q_U^T X, (B, r, d2)
@@ -379,8 +386,9 @@ class _DebiasedLinearForm:
         self._cache.clear()
 
     def _ring_sum(self, arm=slice(None)) -> np.ndarray:
-        """Sum of the queued ``held * U V^T`` terms, shape (B, [K,] d1, d2)."""
-        U, V = self._ring_U[:, arm], self._ring_V[:, arm]
+        """Sum of the queued ``held * U V^T`` terms, shape (B, [K,] d1, d2): one GEMM of inner
+        size ``_RING * r`` per trial and arm."""
+        U, V = self._ring_U[:, arm], self._ring_V[:, arm]  # (B, [K,] d, L, r)
         lead = U.shape[:-3]
         return np.matmul(
             U.reshape(*lead, self.d1, _RING * self.rank),
@@ -762,7 +770,7 @@ class LinearFormInference(_DebiasedLinearForm):
 
     def _update_validated(self, U, V, X, a, y, p, balanced: bool = False, products=None) -> None:
         """:meth:`update` on validated batched arrays (the wrappers' path); ``products``:
-        ``(X V_a, Xᵀ U_a)`` of the pulled arms when the caller already has them."""
+        ``(X V_a, Xᵀ U_a, D_a)`` of the pulled arms when the caller already has them."""
         weight = 1.0 / p[np.arange(self._B), a]
         if self.ablation == "no_ipw":
             weight = np.ones_like(weight)

@@ -295,7 +295,9 @@ class _ParameterMixin(_Watcher):
         self.target_names = self.core.target_names
 
     def _snapshot(self, x, actions, props):
-        u, v = (np.array(f, copy=True) for f in self.estimator.factors)
+        u, v = self.estimator.factors
+        if not isinstance(self.estimator, LowRankSGD):  # LowRankSGD.factors are copies
+            u, v = np.array(u, copy=True), np.array(v, copy=True)
         if self.n_trials is None:
             u, v = u[None], v[None]
         products = None
@@ -304,9 +306,12 @@ class _ParameterMixin(_Watcher):
             # of this round (and with predict(), which the agent ran on this context).
             xb = x if self.n_trials is not None else x[None]
             trials = np.arange(len(actions))
-            products = self.estimator._pulled_products(
+            XV, XtU = self.estimator._pulled_products(
                 xb, actions, u[trials, actions], v[trials, actions]
             )
+            sv = self.estimator.singular_values
+            sv = (sv if self.n_trials is not None else sv[None])[trials, actions]
+            products = (XV, XtU, sv)
         return u, v, products
 
     def _absorb(self, snapshot, x, actions, rewards, props):

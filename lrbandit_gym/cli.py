@@ -67,6 +67,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         backend=args.backend,
         batch_size=args.batch_size,
         figures=not args.no_figures,
+        compare_projection=args.compare_projection,
     )
     return 0
 
@@ -112,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--batch-size", type=int, default=125, help="trials per chunk")
     rep.add_argument(
         "--no-figures", action="store_true", help="do not draw the PNG figures (plot extra)"
+    )
+    rep.add_argument(
+        "--compare-projection",
+        action="store_true",
+        help="table1: also run the paper's G_t on the same trajectories (doubles inference)",
     )
     rep.set_defaults(func=_reproduce)
 

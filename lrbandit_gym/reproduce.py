@@ -138,9 +138,14 @@ STUDY_DEFAULTS = {
 }
 
 
-def _configs(study: str, n: tuple[int, ...]) -> dict[str, StudyConfig | EnsembleStudyConfig]:
+def _configs(
+    study: str, n: tuple[int, ...], compare_projection: bool = False
+) -> dict[str, StudyConfig | EnsembleStudyConfig]:
     if study == "table1":
-        return {"r=3": StudyConfig(checkpoints=n, variants=("paper",))}
+        # The paper's G_t (projection="paper") on the same trajectories, only on request: it
+        # doubles the inference work.
+        variants = ("paper",) if compare_projection else ()
+        return {"r=3": StudyConfig(checkpoints=n, variants=variants)}
     if study == "table2":
         return {f"r={r}": StudyConfig(rank=r, checkpoints=n, targets="paper") for r in (3, 5, 7)}
     if study == "table3":
@@ -204,9 +209,15 @@ def _local_map(jobs: int, stream):
         start = time.perf_counter()
         results = [None] * len(items)
         if jobs == 1:
-            for i, item in enumerate(items):
-                results[i] = fn(item)
-                _progress(i + 1, len(items), start, stream)
+            from agents.warm_start import reuse_buffer_memory
+
+            previous = reuse_buffer_memory(True)  # one warm-start buffer for all chunks
+            try:
+                for i, item in enumerate(items):
+                    results[i] = fn(item)
+                    _progress(i + 1, len(items), start, stream)
+            finally:
+                reuse_buffer_memory(previous)
             return results
         with ProcessPoolExecutor(jobs, initializer=_single_threaded_blas) as pool:
             futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
@@ -219,33 +230,42 @@ def _local_map(jobs: int, stream):
 
 
 def draw_baseline(
-    config: StudyConfig | EnsembleStudyConfig, n_trials: int, jobs: int, sample: float = 0.01
+    config: StudyConfig | EnsembleStudyConfig,
+    n_trials: int,
+    jobs: int,
+    batch_size: int = 125,
+    sample: float = 0.05,
 ) -> float:
     """Seconds to merely draw all the study's contexts with numpy on ``jobs`` processes.
 
-    Times drawing a ``sample`` fraction of the rounds (same batch shape, same processes)
-    and scales up: drawing is linear in the number of contexts.
+    Every process draws a ``sample`` fraction of its share of the rounds (the run's batch
+    shape, float64 like the environment) and times its own loop, so starting the processes
+    is not counted; drawing is linear in the number of contexts, so the mean time scales
+    up to the whole study: its warm-start rounds and online rounds for every trial.
     """
     from agents import DEFAULT_WARM_START_ROUNDS
 
     warm = DEFAULT_WARM_START_ROUNDS if config.warm_start is None else config.warm_start
     rounds = warm + max(config.checkpoints)
     per_job = max(1, int(rounds * sample))
-    batch = min(n_trials, 250)
+    batch = min(n_trials, batch_size)
     jobs_list = [(batch, config.d1, config.d2, per_job)] * jobs
-    start = time.perf_counter()
-    process_map(jobs)(_draw_job, jobs_list) if jobs > 1 else [_draw_job(j) for j in jobs_list]
-    seconds = time.perf_counter() - start
-    drawn = jobs * per_job * batch
-    return seconds * (n_trials * rounds) / drawn
+    if jobs > 1:
+        seconds = process_map(jobs)(_draw_job, jobs_list)
+    else:
+        seconds = [_draw_job(j) for j in jobs_list]
+    per_context = float(np.mean(seconds)) / (per_job * batch)  # in one of `jobs` processes
+    return per_context * n_trials * rounds / jobs
 
 
-def _draw_job(job):
+def _draw_job(job) -> float:
+    """Draw ``rounds`` batches of contexts; return the seconds the loop took."""
     batch, d1, d2, rounds = job
     rng = np.random.default_rng(0)
+    start = time.perf_counter()
     for _ in range(rounds):
         rng.standard_normal((batch, d1, d2))
-    return rounds
+    return time.perf_counter() - start
 
 
 def _summaries(study: str, config, result: dict) -> list[dict]:
@@ -397,6 +417,7 @@ def reproduce(
     backend: str = "local",
     batch_size: int = 125,
     figures: bool = True,
+    compare_projection: bool = False,
     stream=None,
 ) -> dict:
     """Run one study and write its outputs into ``out``.
@@ -416,6 +437,9 @@ def reproduce(
     figures : bool, default True
         Write the PNG figures (needs matplotlib; without it one line says they were
         skipped and how to install the ``plot`` extra).
+    compare_projection : bool, default False
+        ``table1`` only: also run the paper's ``G_t`` (``projection="paper"``) on the same
+        trajectories, reported as the method "paper_projection".
 
     Returns
     -------
@@ -430,7 +454,9 @@ def reproduce(
     n = default_n if n is None else tuple(n)
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be a positive integer; got {trials!r}")
-    configs = _configs(study, tuple(sorted(n)))
+    if compare_projection and study != "table1":
+        raise ValueError(f"compare_projection applies to table1 only; got study {study!r}")
+    configs = _configs(study, tuple(sorted(n)), compare_projection)
     if backend not in ("local", "ray"):
         raise ValueError(f"backend must be 'local' or 'ray'; got {backend!r}")
     map_fn = _ray_map(jobs) if backend == "ray" else _local_map(jobs, sys.stderr)
@@ -447,7 +473,7 @@ def reproduce(
         start = time.perf_counter()
         result = run(config, trials, seed=seed, batch_size=batch_size, map_fn=map_fn)
         seconds = time.perf_counter() - start
-        baseline = draw_baseline(config, trials, jobs)
+        baseline = draw_baseline(config, trials, jobs, batch_size)
         timing[label] = {"seconds": seconds, "draw_baseline_seconds": baseline}
         results[label] = result
         diagnostics[label] = _diagnostics(config, result)
@@ -471,6 +497,7 @@ def reproduce(
         "jobs": jobs,
         "backend": backend,
         "batch_size": batch_size,
+        "compare_projection": compare_projection,
         "configs": {
             k: {f: (list(v) if isinstance(v, tuple) else v) for f, v in vars(c).items()}
             for k, c in configs.items()

@@ -270,10 +270,8 @@ def run_study(
 
 
 def _run_job(job):
-    """A chunk for ``map_fn``: the worker keeps one warm-start buffer for all its chunks."""
-    from agents.warm_start import reuse_buffer_memory
-
-    reuse_buffer_memory(True)
+    """A chunk for ``map_fn`` (the process pools' initializer, :func:`_single_threaded_blas`,
+    makes their workers keep one warm-start buffer for all their chunks)."""
     return run_chunk(*job)
 
 

@@ -323,8 +323,12 @@ def test_paper_setting_estimation_error_after_3000_rounds():
     """d = 50, r = 3, σ = 0.1, ε = 0.1, default warm start: median over 20 seeded trials of
     ‖M̂_a − M_a‖_F after 3000 online rounds is at most 0.1 for both arms."""
     n_trials = 20
-    venv = gym.make_vec("MatrixContextBandit-v0", num_envs=n_trials,
-                        vectorization_mode="vector_entry_point", max_episode_steps=None)
+    venv = gym.make_vec(
+        "MatrixContextBandit-v0",
+        num_envs=n_trials,
+        vectorization_mode="vector_entry_point",
+        max_episode_steps=None,
+    )
     policy = EpsilonGreedy(venv, rank=3, epsilon=0.1, seed=2024)
     obs, _ = venv.reset(seed=2024)
     while policy.in_warm_start or policy.online_rounds < 3000:

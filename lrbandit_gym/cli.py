@@ -68,6 +68,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         figures=not args.no_figures,
         compare_projection=args.compare_projection,
+        ranks=None if args.ranks is None else tuple(args.ranks),
     )
     return 0
 
@@ -118,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--compare-projection",
         action="store_true",
         help="table1: also run the paper's G_t on the same trajectories (doubles inference)",
+    )
+    rep.add_argument(
+        "--ranks",
+        type=int,
+        nargs="+",
+        default=None,
+        help="table2: ranks to run (default 3 5 7; r=3 is table1's setting)",
     )
     rep.set_defaults(func=_reproduce)
 

@@ -138,8 +138,15 @@ STUDY_DEFAULTS = {
 }
 
 
+#: Table 2's ranks.
+TABLE2_RANKS = (3, 5, 7)
+
+
 def _configs(
-    study: str, n: tuple[int, ...], compare_projection: bool = False
+    study: str,
+    n: tuple[int, ...],
+    compare_projection: bool = False,
+    ranks: tuple[int, ...] = TABLE2_RANKS,
 ) -> dict[str, StudyConfig | EnsembleStudyConfig]:
     if study == "table1":
         # The paper's G_t (projection="paper") on the same trajectories, only on request: it
@@ -147,7 +154,8 @@ def _configs(
         variants = ("paper",) if compare_projection else ()
         return {"r=3": StudyConfig(checkpoints=n, variants=variants)}
     if study == "table2":
-        return {f"r={r}": StudyConfig(rank=r, checkpoints=n, targets="paper") for r in (3, 5, 7)}
+        # r = 3 is exactly table1's setting (same seeds, same numbers).
+        return {f"r={r}": StudyConfig(rank=r, checkpoints=n, targets="paper") for r in ranks}
     if study == "table3":
         return {"r=3": StudyConfig(checkpoints=n, variants=("exploration_only",))}
     if study == "value":
@@ -327,6 +335,8 @@ def _references(study: str, label: str) -> tuple[dict, dict]:
     length: dict = {}
     if study == "table2":
         rank = int(label.split("=")[1])
+        if rank not in PAPER_TABLE2:
+            return cov, length
         for arm in (0, 1):
             cov[("T1", f"arm {arm}")] = {3000: PAPER_TABLE2[rank][0][arm]}
             length[("T1", f"arm {arm}")] = {3000: PAPER_TABLE2[rank][1][arm]}
@@ -418,6 +428,7 @@ def reproduce(
     batch_size: int = 125,
     figures: bool = True,
     compare_projection: bool = False,
+    ranks: tuple[int, ...] | None = None,
     stream=None,
 ) -> dict:
     """Run one study and write its outputs into ``out``.
@@ -440,6 +451,9 @@ def reproduce(
     compare_projection : bool, default False
         ``table1`` only: also run the paper's ``G_t`` (``projection="paper"``) on the same
         trajectories, reported as the method "paper_projection".
+    ranks : tuple of int, optional
+        ``table2`` only: the ranks to run (default :data:`TABLE2_RANKS`; r = 3 is table1's
+        setting, so ``ranks=(5, 7)`` completes a table1 run).
 
     Returns
     -------
@@ -456,7 +470,16 @@ def reproduce(
         raise ValueError(f"trials must be a positive integer; got {trials!r}")
     if compare_projection and study != "table1":
         raise ValueError(f"compare_projection applies to table1 only; got study {study!r}")
-    configs = _configs(study, tuple(sorted(n)), compare_projection)
+    if ranks is not None:
+        if study != "table2":
+            raise ValueError(f"ranks applies to table2 only; got study {study!r}")
+        ranks = tuple(ranks)
+        if not ranks or any(
+            isinstance(r, bool) or not isinstance(r, int | np.integer) or not 1 <= r <= 50
+            for r in ranks
+        ):
+            raise ValueError(f"ranks must be integers in [1, 50]; got {ranks!r}")
+    configs = _configs(study, tuple(sorted(n)), compare_projection, ranks or TABLE2_RANKS)
     if backend not in ("local", "ray"):
         raise ValueError(f"backend must be 'local' or 'ray'; got {backend!r}")
     map_fn = _ray_map(jobs) if backend == "ray" else _local_map(jobs, sys.stderr)
@@ -498,6 +521,7 @@ def reproduce(
         "backend": backend,
         "batch_size": batch_size,
         "compare_projection": compare_projection,
+        "ranks": None if ranks is None else list(ranks),
         "configs": {
             k: {f: (list(v) if isinstance(v, tuple) else v) for f, v in vars(c).items()}
             for k, c in configs.items()
@@ -552,7 +576,10 @@ def _print_table(study, rows, stream) -> None:
             arm = int(r["quantity"][-1]) if r["quantity"].startswith("arm ") else None
             paper_cov = (
                 PAPER_TABLE2[rank][0][arm]
-                if arm is not None and r["target"] == "T1" and r["n"] == 3000
+                if arm is not None
+                and r["target"] == "T1"
+                and r["n"] == 3000
+                and rank in PAPER_TABLE2
                 else None
             )
             paper_len = PAPER_TABLE2[rank][1][arm] if paper_cov is not None else None

@@ -70,3 +70,40 @@ def test_bench_env_runs(capsys):
 def test_unknown_study_is_refused():
     with pytest.raises(SystemExit):
         main(["reproduce", "table9"])
+
+
+def test_table1_projection_comparison_and_table2_ranks_on_request(tmp_path):
+    """table1 runs the paper's G_t only with compare_projection, and the comparison leaves
+    our intervals unchanged; table2 runs the ranks asked for (r = 3 is table1's setting),
+    with the paper's column only where the paper has one."""
+    from lrbandit_gym.reproduce import _configs
+
+    assert _configs("table1", (30,))["r=3"].variants == ()
+    assert _configs("table1", (30,), compare_projection=True)["r=3"].variants == ("paper",)
+    assert _configs("table1", (30,))["r=3"] == _configs("table2", (30,))["r=3"]
+    small = StudyConfig(checkpoints=(30,), warm_start=300, d1=12, d2=10, rank=2)
+    plain = run_study(small, 4, seed=1, batch_size=4)
+    both = run_study(small.replace(variants=("paper",)), 4, seed=1, batch_size=4)
+    for key in plain:
+        np.testing.assert_array_equal(plain[key], both[key])
+    assert np.isfinite(both["paper:se"]).all()
+    two = reproduce(
+        "table2",
+        trials=4,
+        n=(30,),
+        out=tmp_path,
+        jobs=1,
+        batch_size=4,
+        ranks=(2,),
+        figures=False,
+    )
+    assert {r["setting"] for r in two["rows"]} == {"r=2"} and two["ranks"] == [2]
+
+
+def test_study_specific_options_are_refused_elsewhere(tmp_path):
+    with pytest.raises(ValueError, match="compare_projection"):
+        reproduce("value", trials=1, compare_projection=True, out=tmp_path)
+    with pytest.raises(ValueError, match="ranks"):
+        reproduce("table1", trials=1, ranks=(5,), out=tmp_path)
+    with pytest.raises(ValueError, match="ranks"):
+        reproduce("table2", trials=1, ranks=(0,), out=tmp_path)

@@ -232,28 +232,14 @@ def run_ensemble_chunk(config: EnsembleStudyConfig, n_trials: int, seed) -> dict
 
 
 def _run_chunk(config: EnsembleStudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]:
-    import gymnasium as gym
-
-    import lrbandit_gym  # noqa: F401
     from agents import EnsembleSampling
     from inference import VectorValueInference
     from lrbandit_gym import Decision
+    from lrbandit_gym.studies import make_study_env
 
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     env_seed, agent_seed, warm_seed = ss.spawn(3)
-    venv = gym.make_vec(
-        "MatrixContextBandit-v0",
-        num_envs=n_trials,
-        vectorization_mode="vector_entry_point",
-        max_episode_steps=None,
-        d1=config.d1,
-        d2=config.d2,
-        rank=config.rank,
-        n_actions=config.n_actions,
-        noise_std=config.noise_std,
-        singular_values=config.singular_values,
-        truth_seed=config.truth_seed,
-    )
+    venv = make_study_env(config, n_trials)
     agent = EnsembleSampling(
         venv,
         rank=config.rank,

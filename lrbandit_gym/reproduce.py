@@ -573,7 +573,8 @@ def _print_table(study, rows, stream) -> None:
         key = (r["target"], r["n"], r["quantity"])
         if study == "table2":
             rank = int(r["setting"].split("=")[1])
-            arm = int(r["quantity"][-1]) if r["quantity"].startswith("arm ") else None
+            single = r["quantity"].startswith("arm ") and " - " not in r["quantity"]
+            arm = int(r["quantity"].split()[1]) if single else None
             paper_cov = (
                 PAPER_TABLE2[rank][0][arm]
                 if arm is not None

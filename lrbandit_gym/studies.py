@@ -19,6 +19,7 @@ from scipy import stats
 
 __all__ = [
     "StudyConfig",
+    "make_study_env",
     "paper_targets",
     "process_map",
     "run_chunk",
@@ -75,6 +76,29 @@ def _make_targets(config: StudyConfig) -> dict[str, np.ndarray] | None:
     raise ValueError(f"targets must be 'paper' or None; got {config.targets!r}")
 
 
+def make_study_env(config, n_trials: int):
+    """The native vector env of ``n_trials`` bandits in ``config``'s setting (any config with
+    ``d1``, ``d2``, ``rank``, ``n_actions``, ``noise_std``, ``singular_values`` and
+    ``truth_seed``), without episode truncation."""
+    import gymnasium as gym
+
+    import lrbandit_gym  # noqa: F401  (registers the env)
+
+    return gym.make_vec(
+        "MatrixContextBandit-v0",
+        num_envs=n_trials,
+        vectorization_mode="vector_entry_point",
+        max_episode_steps=None,
+        d1=config.d1,
+        d2=config.d2,
+        rank=config.rank,
+        n_actions=config.n_actions,
+        noise_std=config.noise_std,
+        singular_values=np.asarray(config.singular_values),
+        truth_seed=config.truth_seed,
+    )
+
+
 def run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]:
     """Run ``n_trials`` trials in one batch and return the intervals at every checkpoint.
 
@@ -92,9 +116,6 @@ def run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]
 
 
 def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]:
-    import gymnasium as gym
-
-    import lrbandit_gym  # noqa: F401
     from agents import EpsilonGreedy
     from inference import (
         ExplorationOnlyInference,
@@ -105,19 +126,7 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
 
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     env_seed, agent_seed = ss.spawn(2)
-    venv = gym.make_vec(
-        "MatrixContextBandit-v0",
-        num_envs=n_trials,
-        vectorization_mode="vector_entry_point",
-        max_episode_steps=None,
-        d1=config.d1,
-        d2=config.d2,
-        rank=config.rank,
-        n_actions=config.n_actions,
-        noise_std=config.noise_std,
-        singular_values=np.asarray(config.singular_values),
-        truth_seed=config.truth_seed,
-    )
+    venv = make_study_env(config, n_trials)
     agent_kwargs = {} if config.warm_start is None else {"warm_start": config.warm_start}
     agent = EpsilonGreedy(
         venv,

@@ -128,13 +128,18 @@ class PolicyBase(ABC):
 
     def _batch(self, obs) -> np.ndarray:
         """Validate an observation and return it as ``(B, d1, d2)`` (flat obs accepted)."""
+        b = self.n_trials
+        x = check_context(self._unflatten(obs), self.d1, self.d2, b)
+        return x[None] if b is None else x
+
+    def _unflatten(self, obs) -> np.ndarray:
+        """``obs`` as an array, flat observations reshaped to matrices (not validated)."""
         x = np.asarray(obs)
         b = self.n_trials
         flat = (self.d1 * self.d2,) if b is None else (b, self.d1 * self.d2)
         if x.shape == flat:
             x = x.reshape((self.d1, self.d2) if b is None else (b, self.d1, self.d2))
-        x = check_context(x, self.d1, self.d2, b)
-        return x[None] if b is None else x
+        return x
 
     def _out(self, arr: np.ndarray):
         return arr if self.batched else arr[0]

@@ -31,7 +31,7 @@ import numpy as np
 from agents._validation import (
     check_actions,
     check_choice,
-    check_context,
+    check_context_fingerprint,
     check_finite,
     check_positive_float,
     check_positive_int,
@@ -68,6 +68,10 @@ _TINY = np.finfo(np.float64).tiny
 # Context size from which X V and X^T U are computed column by column (see
 # _context_products).
 _GEMV_MIN_SIZE = 40_000
+_DIVERGED = (
+    "LowRankSGD step produced non-finite factors (the iteration diverged): the step size is "
+    "too large for the scale of the contexts/rewards; reduce step_scale"
+)
 # Seed of the fixed weights that fingerprint a context (see LowRankSGD._fingerprint).
 _FINGERPRINT_SEED = 20261126
 
@@ -130,28 +134,38 @@ def _balance(U: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     np.matmul(U.transpose(0, 2, 1), U, out=gram[0])
     np.matmul(V.transpose(0, 2, 1), V, out=gram[1])
     if not np.isfinite(gram).all():
-        raise FloatingPointError(
-            "LowRankSGD step produced non-finite factors (the iteration diverged): the step "
-            "size is too large for the scale of the contexts/rewards; reduce step_scale"
-        )
+        raise FloatingPointError(_DIVERGED)
     # Positive definite by construction unless U is rank-deficient; pivots of such pairs are
     # replaced below, so the factorisation of the others never fails.
     scale = np.diagonal(gram[0], axis1=-2, axis2=-1).max(axis=-1)
     safe = gram[0] + (_TINY + _CHOL_FLOOR * scale)[:, None, None] * np.eye(r)
     L = np.linalg.cholesky(safe)
     pivots = np.diagonal(L, axis1=-2, axis2=-1) ** 2
-    S = np.matmul(L.transpose(0, 2, 1), np.matmul(gram[1], L))
+    with np.errstate(over="ignore", invalid="ignore"):
+        S = np.matmul(L.transpose(0, 2, 1), np.matmul(gram[1], L))
+    overflow = ~np.isfinite(S).all(axis=(1, 2))  # huge but finite Grams: eigen route below
+    if overflow.any():
+        S[overflow] = np.eye(r)
     lam, Q = np.linalg.eigh(S)
     lam, Q = lam[:, ::-1], Q[:, :, ::-1]  # decreasing
-    weak = (pivots.min(axis=-1) <= 1e3 * _CHOL_FLOOR * scale) | ~(
-        lam[:, -1] > _WEAK_FLOOR * lam[:, 0]
+    weak = (
+        overflow
+        | (pivots.min(axis=-1) <= 1e3 * _CHOL_FLOOR * scale)
+        | ~(lam[:, -1] > _WEAK_FLOOR * lam[:, 0])
     )
     root4 = np.sqrt(np.sqrt(np.where(weak[:, None], 1.0, lam)))[:, None, :]
     T_U = np.matmul(np.linalg.inv(L).transpose(0, 2, 1), Q) * root4
     T_V = np.matmul(L, Q) / root4
     U_bal, V_bal, sv = np.matmul(U, T_U), np.matmul(V, T_V), np.sqrt(np.maximum(lam, 0.0))
     if weak.any():
-        U_bal[weak], V_bal[weak], sv[weak] = _balance_eig(U[weak], V[weak], gram[:, weak])
+        with np.errstate(over="ignore", invalid="ignore"):  # checked below
+            try:
+                U_w, V_w, sv_w = _balance_eig(U[weak], V[weak], gram[:, weak])
+            except np.linalg.LinAlgError:
+                raise FloatingPointError(_DIVERGED) from None
+        if not (np.isfinite(U_w).all() and np.isfinite(V_w).all() and np.isfinite(sv_w).all()):
+            raise FloatingPointError(_DIVERGED)
+        U_bal[weak], V_bal[weak], sv[weak] = U_w, V_w, sv_w
     return U_bal, V_bal, sv
 
 
@@ -290,6 +304,12 @@ class LowRankSGD:
         )
         self._version = 0
         self._products: dict[str, Any] | None = None
+        # Per (trial, arm) counter bumped whenever those factors change, so that a caller
+        # that keeps copies (the inference wrappers) can tell which arms moved without
+        # comparing the factors.
+        self._arm_version = np.zeros((B, K), dtype=np.int64)
+        # The V factors side by side, (B, d2, K, r), for the all-arm product of predict().
+        self._V_cat = np.zeros((B, self.d2, K, self.rank))
 
     # ------------------------------------------------------------------ basic properties
     @property
@@ -431,7 +451,7 @@ class LowRankSGD:
         """
         self._require_init("update")
         B = self.n_trials
-        Xb = check_context(X, self.d1, self.d2, B)
+        Xb, fp = self._check_context(X)
         a = check_actions(action, self.n_actions, B)
         y = check_rewards(reward, B)
         known = self.propensities == "known"
@@ -447,12 +467,27 @@ class LowRankSGD:
                 propensities, a, self.n_actions, B, require_chosen_positive=known
             )
         # ---- validated: nothing below raises on user input ---------------------------
-        res = self._step(Xb if B is not None else Xb[None], a, y, p)
+        res = self._step(Xb, a, y, p, fp)
         return float(res[0]) if B is None else res
 
-    def _step(self, Xb: np.ndarray, a: np.ndarray, y: np.ndarray, p: np.ndarray | None):
+    def _check_context(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Validate a context for this estimator: ``(Xb, fingerprint)`` with ``Xb`` in the
+        batched layout (B, d1, d2) (``B = 1`` unbatched) and its fingerprint (B,) (see
+        :meth:`_fingerprint`), the finiteness check and the product-cache key in one pass."""
+        X, fp = check_context_fingerprint(X, self.d1, self.d2, self.n_trials, self._fp_weights)
+        return (X if self.n_trials is not None else X[None]), fp
+
+    def _step(
+        self,
+        Xb: np.ndarray,
+        a: np.ndarray,
+        y: np.ndarray,
+        p: np.ndarray | None,
+        fp: np.ndarray | None = None,
+    ):
         """:meth:`update` on validated arrays in the batched layout (``B = 1`` unbatched):
-        ``Xb`` (B, d1, d2), ``a`` and ``y`` (B,), ``p`` (B, K) or None; returns ``res``.
+        ``Xb`` (B, d1, d2), ``a`` and ``y`` (B,), ``p`` (B, K) or None, ``fp`` the context's
+        fingerprint if the caller has it; returns ``res``.
 
         Both APIs run the same arithmetic on (B, ., .) stacks, so that a batched run equals B
         unbatched runs bit for bit; the unbatched API only swaps the fancy-indexed
@@ -471,7 +506,7 @@ class LowRankSGD:
             coef = (self._eta(self._t + 1) * self.c) / p[self._trials, a]
         else:
             coef = self.step_size(counts + 1) * self.c
-        XV, XtU = self._pulled_products(Xb, a, U, V)
+        XV, XtU = self._pulled_products(Xb, a, U, V, fp)
         res = y - np.matmul(XV.reshape(len(y), 1, -1), U.reshape(len(y), -1, 1))[:, 0, 0]
         step = (coef * res)[:, None, None]
         U_bal, V_bal, sv = _balance(U + step * XV, V + step * XtU)
@@ -480,19 +515,26 @@ class LowRankSGD:
             self._V[0, a0] = V_bal[0]
             self._sv[0, a0] = sv[0]
             self._counts[0, a0] += 1
+            self._V_cat[0, :, a0] = V_bal[0]
         else:
             self._U[self._trials, a] = U_bal
             self._V[self._trials, a] = V_bal
             self._sv[self._trials, a] = sv
             self._counts[self._trials, a] += 1
+            self._V_cat[self._trials, :, a] = V_bal
         self._t += 1
-        self._factors_changed()
+        self._version += 1
+        self._products = None
+        self._arm_version[self._trials, a] += 1
         return res
 
     # ------------------------------------------------------------------ shared products
     def _factors_changed(self) -> None:
+        """Every arm's factors were set (initialize, load_state_dict)."""
         self._version += 1
         self._products = None
+        self._arm_version += 1
+        self._V_cat = np.ascontiguousarray(self._V.transpose(0, 2, 1, 3))
 
     def _fingerprint(self, Xb: np.ndarray) -> np.ndarray:
         """Per-trial ``<X, W>`` with fixed weights drawn once in [1, 2) (one GEMV).
@@ -502,32 +544,40 @@ class LowRankSGD:
         one ``Xᵀ U`` however the caller copied or reshaped the array in between, while an
         array edited in place is recomputed.
         """
-        return Xb.reshape(Xb.shape[0], -1) @ self._fp_weights
+        with np.errstate(over="ignore", invalid="ignore"):  # callers check it is finite
+            return Xb.reshape(Xb.shape[0], -1) @ self._fp_weights
 
-    def _products_for(self, Xb: np.ndarray) -> dict[str, Any]:
-        """The product cache for context ``Xb`` (B, d1, d2) under the current factors."""
-        fp = self._fingerprint(Xb)
+    def _products_for(self, Xb: np.ndarray, fp: np.ndarray | None = None) -> dict[str, Any]:
+        """The product cache for context ``Xb`` (B, d1, d2) under the current factors
+        (``fp``: its fingerprint, if the caller computed it while validating ``Xb``)."""
+        if fp is None:
+            fp = self._fingerprint(Xb)
         c = self._products
         if c is None or c["version"] != self._version or not np.array_equal(c["fp"], fp):
             c = self._products = {"version": self._version, "fp": fp}
         return c
 
-    def _all_arm_products(self, Xb: np.ndarray) -> np.ndarray:
+    def _all_arm_products(self, Xb: np.ndarray, fp: np.ndarray | None = None) -> np.ndarray:
         """``X V_a`` for every arm, shape (B, d1, K, r): one product with the arms'
         ``V`` factors side by side (cached for the round)."""
-        c = self._products_for(Xb)
+        c = self._products_for(Xb, fp)
         if "XV" not in c:
             B, K, r = self._B, self.n_actions, self.rank
-            V_cat = self._V.transpose(0, 2, 1, 3).reshape(B, self.d2, K * r)
+            V_cat = self._V_cat.reshape(B, self.d2, K * r)
             c["XV"] = np.matmul(Xb, V_cat).reshape(B, self.d1, K, r)
         return c["XV"]
 
     def _pulled_products(
-        self, Xb: np.ndarray, a: np.ndarray, U: np.ndarray, V: np.ndarray
+        self,
+        Xb: np.ndarray,
+        a: np.ndarray,
+        U: np.ndarray,
+        V: np.ndarray,
+        fp: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``X V_a`` (B, d1, r) and ``Xᵀ U_a`` (B, d2, r) for the pulled arms, whose current
         factors ``U``, ``V`` the caller gathered; reused within the round (cached)."""
-        c = self._products_for(Xb)
+        c = self._products_for(Xb, fp)
         pulled = c.get("pulled")
         if pulled is not None and np.array_equal(pulled[0], a):
             return pulled[1], pulled[2]
@@ -555,12 +605,13 @@ class LowRankSGD:
         ndarray of shape (K,) or (B, K)
         """
         self._require_init("predict")
-        Xb = check_context(X, self.d1, self.d2, self.n_trials)
-        return self._out(self._predict(Xb if self.n_trials is not None else Xb[None]))
+        Xb, fp = self._check_context(X)
+        return self._out(self._predict(Xb, fp))
 
-    def _predict(self, Xb: np.ndarray) -> np.ndarray:
-        """:meth:`predict` on a validated (B, d1, d2) stack; returns (B, K)."""
-        return np.einsum("bikr,bkir->bk", self._all_arm_products(Xb), self._U)
+    def _predict(self, Xb: np.ndarray, fp: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`predict` on a validated (B, d1, d2) stack (``fp``: its fingerprint, if
+        known); returns (B, K)."""
+        return np.einsum("bikr,bkir->bk", self._all_arm_products(Xb, fp), self._U)
 
     @property
     def estimates(self) -> np.ndarray:

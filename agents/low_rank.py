@@ -83,6 +83,13 @@ class LowRankPolicy(PolicyBase):
                 self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials
             )
 
+    def _batch(self, obs) -> np.ndarray:
+        """Validate an observation through the estimator: ``(B, d1, d2)``, and its
+        fingerprint in ``self._fingerprint`` for the estimator's product cache (one pass over
+        the context checks it and keys the products that act() and update() share)."""
+        x, self._fingerprint = self.estimator._check_context(self._unflatten(obs))
+        return x
+
     @property
     def in_warm_start(self) -> bool:
         """True while the policy explores uniformly to fit its initial estimate."""
@@ -102,7 +109,7 @@ class LowRankPolicy(PolicyBase):
         if self.in_warm_start:
             return np.full((x.shape[0], self.n_actions), 1.0 / self.n_actions)
         # x is validated (B, d1, d2) (B = 1 unbatched), the estimator's internal layout.
-        return self._greedy_probs(self.estimator._predict(x))
+        return self._greedy_probs(self.estimator._predict(x, self._fingerprint))
 
     def _greedy_probs(self, preds: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -123,7 +130,7 @@ class LowRankPolicy(PolicyBase):
                 self._buffer = None
             return
         # Everything is validated, in the estimator's batched layout (B = 1 unbatched).
-        self.estimator._step(x, actions, rewards, props)
+        self.estimator._step(x, actions, rewards, props, self._fingerprint)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -190,7 +197,7 @@ class EpsilonGreedy(LowRankPolicy):
             actions = self.rng.integers(0, self.n_actions, size=b)
             explored = np.ones(b, dtype=bool)
         else:
-            preds = self.estimator._predict(x)  # x: validated (B, d1, d2)
+            preds = self.estimator._predict(x, self._fingerprint)  # x: validated by _batch
             eps = self.epsilon_at(self.online_rounds + 1)
             mask = _greedy_mask(preds)
             probs = (1.0 - eps) * mask / mask.sum(axis=-1, keepdims=True) + eps / self.n_actions

@@ -213,20 +213,26 @@ class _DebiasedLinearForm:
         self._kappa = 2.0 if self.projection == "paper" else 1.0
         # <G, X> is evaluated through the targets' singular triplets (see _absorb).
         self._Xs, self._Ys, self._Sw = _factor_targets(self._T)
+        # Only the rows in the triplets' support enter <G_t, X_t> (see _tangent_terms).
+        self._x_rows = np.flatnonzero((self._Xs != 0).any(axis=1))
+        self._y_rows = np.flatnonzero((self._Ys != 0).any(axis=1))
+        self._Xs_sub = np.ascontiguousarray(self._Xs[self._x_rows])
+        self._Ys_sub = np.ascontiguousarray(self._Ys[self._y_rows])
         self._reset()
 
     # ------------------------------------------------------------------ state
     def _reset(self) -> None:
         B, K, d1, d2, r = self._B, self.n_actions, self.d1, self.d2, self.rank
         self._n = 0
+        self._generation = getattr(self, "_generation", 0) + 1  # bumped when state is replaced
         self._initialized = False
         self._acc = np.zeros((B, K, d1 * d2))  # sum of M_tilde minus the held part
         self._held = np.zeros((B, K), dtype=np.int64)
         self._last_U = np.zeros((B, K, d1, r))
         self._last_V = np.zeros((B, K, d2, r))
         # Queued held * U V^T terms not yet in _acc (slot s of the last _ring_n rounds).
-        self._ring_U = np.zeros((B, K, d1, _RING, r))
-        self._ring_V = np.zeros((B, K, d2, _RING, r))
+        self._ring_U = np.zeros((B, K, _RING, r, d1))  # factors transposed, slot-major
+        self._ring_V = np.zeros((B, K, _RING, r, d2))
         self._ring_n = 0
         self._sigma_sum = np.zeros((B, K))
         self._S2_sum = np.zeros((B, K, len(self._names)))
@@ -286,7 +292,50 @@ class _DebiasedLinearForm:
         balanced: bool = False,
         products: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        """Absorb one validated round (batched layout).
+        """Absorb one validated round (batched layout) given every arm's factors.
+
+        The arms whose factors differ from the ones last absorbed are found by exact
+        comparison (all of them in the first round); see :meth:`_absorb_parts` for the rest.
+        """
+        trials = np.arange(self._B)
+        bi, ki = np.nonzero(self._changed_arms(U, V))
+        self._absorb_parts(
+            (bi, ki, U[bi, ki], V[bi, ki]),
+            U[trials, action],
+            V[trials, action],
+            X,
+            action,
+            reward,
+            weight,
+            balanced=balanced,
+            products=products,
+        )
+
+    def _changed_arms(self, U: np.ndarray, V: np.ndarray) -> np.ndarray:
+        """(B, K) mask of the arms whose factors differ (exactly) from the ones last
+        absorbed; every arm before the first round."""
+        if not self._initialized:
+            return np.ones(self._held.shape, dtype=bool)
+        return (U != self._last_U).any(axis=(2, 3)) | (V != self._last_V).any(axis=(2, 3))
+
+    def _absorb_parts(
+        self,
+        changes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        Ua: np.ndarray,
+        Va: np.ndarray,
+        X: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        weight: np.ndarray,
+        balanced: bool = False,
+        products: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        """Absorb one validated round from the parts of the factors it needs.
+
+        ``changes = (bi, ki, U_new, V_new)``: the (trial, arm) pairs whose factors differ
+        from the ones last absorbed (every pair in the first round), with their new factors
+        (n, d1, r) and (n, d2, r).  ``Ua``, ``Va``: the pulled arms' factors, (B, d1, r) and
+        (B, d2, r).
 
         ``products``, if given, is ``(X V_a, Xᵀ U_a, D_a)`` for the pulled arms' factors
         (shapes (B, d1, r), (B, d2, r), (B, r)), which the estimator computed for its own
@@ -299,100 +348,104 @@ class _DebiasedLinearForm:
         ``weight[b]`` is the inverse-propensity weight of the pulled arm ``action[b]``;
         0 keeps the round out of the correction, ``sigma^2`` and ``S^2`` sums.
         """
-        B, K, d1, d2 = self._B, self.n_actions, self.d1, self.d2
-        D = d1 * d2
+        B, K, D = self._B, self.n_actions, self.d1 * self.d2
         trials = np.arange(B)
-        acc = self._acc.reshape(B * K, D)
+        self._hold(*changes)
 
-        # 1. sum_t M_hat_{i,t-1}: flush arms whose factors changed, then hold every arm.
-        if not self._initialized:
-            self._last_U[...] = U
-            self._last_V[...] = V
-            self._initialized = True
-        else:
-            changed = (U != self._last_U).any(axis=(2, 3)) | (V != self._last_V).any(axis=(2, 3))
-            bi, ki = np.nonzero(changed)
-            if bi.size:
-                held = self._held[bi, ki]
-                live = held > 0
-                if live.any():
-                    # Queue held * U V^T in this round's ring slot; every _RING rounds one
-                    # GEMM of inner size _RING * r adds the queue to the accumulators.
-                    b2, k2 = bi[live], ki[live]
-                    s = self._ring_n
-                    queued = self._last_U[b2, k2]
-                    if (held[live] != 1).any():
-                        queued *= held[live, None, None]
-                    self._ring_U[b2, k2, :, s, :] = queued
-                    self._ring_V[b2, k2, :, s, :] = self._last_V[b2, k2]
-                    self._ring_n += 1
-                    if self._ring_n == _RING:
-                        self._flush_ring()
-                self._last_U[bi, ki] = U[bi, ki]
-                self._last_V[bi, ki] = V[bi, ki]
-                self._held[bi, ki] = 0
-        self._held += 1
-
-        # 2. The pulled arm: residual and orthonormal bases from r x r Gram matrices.
-        Ua = U[trials, action]  # (B, d1, r)
-        Va = V[trials, action]  # (B, d2, r)
+        # 2. The pulled arm: residual, then <G_t, X_t> from orthonormal bases.
         if products is None:
             XV = np.matmul(X, Va)  # (B, d1, r)
-            UtX = np.matmul(Ua.swapaxes(-1, -2), X)  # (B, r, d2)
+            XtU = np.matmul(X.swapaxes(-1, -2), Ua)  # (B, d2, r)
+            sq = None
         else:
-            XV, UtX = products[0], products[1].swapaxes(-1, -2)
-        pred = np.einsum("bir,bir->b", Ua, XV)
+            XV, XtU, sq = products
+        if balanced:  # Q = F diag(s), s = D^{-1/2}: no r x r factorisation
+            P = np.matmul(Ua.swapaxes(-1, -2), XV)  # U^T X V, (B, r, r)
+            pred = np.einsum("bss->b", P)
+            s = _inverse_column_norms(Ua, sq)  # the same for V: U^T U = V^T V = diag(sq)
+            g = self._tangent_terms(Ua, Va, XV, XtU, P, s * s) @ self._Sw
+        else:
+            pred = np.einsum("bir,bir->b", Ua, XV)
+            Su = _basis_transform(Ua)  # Q_U = U Su
+            Sv = _basis_transform(Va)  # Q_V = V Sv
+            XQv = np.matmul(XV, Sv)
+            Qu = np.matmul(Ua, Su)
+            P = np.matmul(Qu.swapaxes(-1, -2), XQv)
+            ones = np.ones(Ua.shape[::2])
+            g = (
+                self._tangent_terms(Qu, np.matmul(Va, Sv), XQv, np.matmul(XtU, Su), P, ones)
+                @ self._Sw
+            )  # <G_t, X_t> for every target, (B, n_T)
         res = reward - pred
         cw = self.c * weight
 
         # 3. sigma^2 and S^2 running sums (pulled arm only).
         self._sigma_sum[trials, action] += weight * res * res
-        if balanced:  # Q = F diag(s): scale columns instead of r x r products
-            sq = None if products is None else products[2]  # U^T U = V^T V = diag(sq)
-            su, sv = _inverse_column_norms(Ua, sq), _inverse_column_norms(Va, sq)  # (B, r)
-            Qu, Qv = Ua * su[:, None, :], Va * sv[:, None, :]
-            XQv = XV * sv[:, None, :]  # X Q_V, (B, d1, r)
-            QuX = UtX * su[:, :, None]  # Q_U^T X, (B, r, d2)
-        else:
-            Su = _basis_transform(Ua)  # Q_U = U Su
-            Sv = _basis_transform(Va)  # Q_V = V Sv
-            Qu = np.matmul(Ua, Su)
-            Qv = np.matmul(Va, Sv)
-            XQv = np.matmul(XV, Sv)
-            QuX = np.matmul(Su.swapaxes(-1, -2), UtX)
-        Qu_t = Qu.swapaxes(-1, -2)
-        # With T = sum_l s_l x_l y_l^T: <x y^T, P_U X> = (Q_U^T x) . (Q_U^T X y),
-        # <x y^T, X P_V> = (x^T X Q_V) . (Q_V^T y), <x y^T, P_U X P_V> = (Q_U^T x)^T C (Q_V^T y)
-        # with C = Q_U^T X Q_V.  (X Y_s as one big GEMM would save the pass over X, but
-        # multi-threaded BLAS on a shared machine makes it far slower than these per-trial
-        # products.)
-        Xs, Ys = self._Xs, self._Ys
-        QUx = np.matmul(Qu_t, Xs)  # (B, r, R)
-        QVy = np.matmul(Qv.swapaxes(-1, -2), Ys)  # (B, r, R)
-        C = np.matmul(Qu_t, XQv)  # (B, r, r)
-        term = (
-            np.einsum("bsl,bsl->bl", QUx, np.matmul(QuX, Ys))
-            + np.einsum("bls,bsl->bl", np.matmul(Xs.T, XQv), QVy)
-            - self._kappa * np.einsum("bsl,bsl->bl", QUx, np.matmul(C, QVy))
-        )
-        g = term @ self._Sw  # <G_t, X_t> for every target, (B, n_T)
         self._S2_sum[trials, action] += (cw * cw)[:, None] * g * g
 
         # 4. Correction term into the pulled arm's accumulator.
         if self.ablation != "no_debias":
+            acc = self._acc.reshape(B * K, D)
             _add_rows(acc, trials * K + action, X.reshape(B, D), cw * res)
         self._pulls[trials, action] += weight > 0
         self._n += 1
         self._cache.clear()
 
+    def _hold(self, bi: np.ndarray, ki: np.ndarray, U_new: np.ndarray, V_new: np.ndarray) -> None:
+        """``sum_t M_hat_{i,t-1}``: arms ``(bi, ki)`` got new factors, so their old ones leave
+        ``held * U V^T`` in the queue; then every arm is held one more round."""
+        if bi.size:
+            held = self._held[bi, ki]
+            live = held > 0
+            if live.any():
+                # Queue held * U V^T (as transposed factors) in this round's ring slot; every
+                # _RING rounds one GEMM of inner size _RING * r adds the queue to _acc.
+                b2, k2, h = bi[live], ki[live], held[live]
+                queued = self._last_U[b2, k2]
+                if (h != 1).any():
+                    queued *= h[:, None, None]
+                s = self._ring_n
+                self._ring_U[b2, k2, s] = queued.swapaxes(-1, -2)
+                self._ring_V[b2, k2, s] = self._last_V[b2, k2].swapaxes(-1, -2)
+                self._ring_n += 1
+                if self._ring_n == _RING:
+                    self._flush_ring()
+            self._last_U[bi, ki] = U_new
+            self._last_V[bi, ki] = V_new
+            self._held[bi, ki] = 0
+        self._held += 1
+        self._initialized = True
+
+    def _tangent_terms(self, U, V, XV, XtU, P, q) -> np.ndarray:
+        """``<x_l y_lᵀ, P_U X + X P_V − kappa P_U X P_V>`` for every target triplet, (B, R).
+
+        ``U`` (B, d1, r) and ``V`` (B, d2, r) have orthogonal columns with
+        ``Q_U = U diag(q)^{1/2}`` and ``Q_V = V diag(q)^{1/2}`` orthonormal bases (``q = 0``
+        drops a column); ``XV = X V``, ``XtU = Xᵀ U``, ``P = Uᵀ X V``.  With
+        ``a = Uᵀ x``, ``b = Vᵀ y``: ``<x yᵀ, P_U X> = Σ_s q_s a_s (Uᵀ X y)_s``,
+        ``<x yᵀ, X P_V> = Σ_s (xᵀ X V)_s q_s b_s`` and
+        ``<x yᵀ, P_U X P_V> = (q a)ᵀ P (q b)``.  Only the rows in the targets' support are
+        read, so sparse targets such as ``e_i e_jᵀ`` cost ``O(r^2)`` per triplet.
+        """
+        xr, yr, Xs, Ys = self._x_rows, self._y_rows, self._Xs_sub, self._Ys_sub
+        a = np.matmul(U[:, xr].swapaxes(-1, -2), Xs) * q[:, :, None]  # q·Uᵀx, (B, r, R)
+        b = np.matmul(V[:, yr].swapaxes(-1, -2), Ys) * q[:, :, None]  # q·Vᵀy
+        UtXy = np.matmul(XtU[:, yr].swapaxes(-1, -2), Ys)  # Uᵀ X y, (B, r, R)
+        xtXV = np.matmul(XV[:, xr].swapaxes(-1, -2), Xs)  # (xᵀ X V)ᵀ, (B, r, R)
+        return (
+            np.einsum("bsl,bsl->bl", a, UtXy)
+            + np.einsum("bsl,bsl->bl", xtXV, b)
+            - self._kappa * np.einsum("bsl,bsl->bl", a, np.matmul(P, b))
+        )
+
     def _ring_sum(self, arm=slice(None)) -> np.ndarray:
         """Sum of the queued ``held * U V^T`` terms, shape (B, [K,] d1, d2): one GEMM of inner
         size ``_RING * r`` per trial and arm."""
-        U, V = self._ring_U[:, arm], self._ring_V[:, arm]  # (B, [K,] d, L, r)
+        U, V = self._ring_U[:, arm], self._ring_V[:, arm]  # (B, [K,] L, r, d)
         lead = U.shape[:-3]
         return np.matmul(
-            U.reshape(*lead, self.d1, _RING * self.rank),
-            V.reshape(*lead, self.d2, _RING * self.rank).swapaxes(-1, -2),
+            U.reshape(*lead, _RING * self.rank, self.d1).swapaxes(-1, -2),
+            V.reshape(*lead, _RING * self.rank, self.d2),
         )
 
     def _flush_ring(self) -> None:
@@ -649,6 +702,7 @@ class _DebiasedLinearForm:
         if not 0 <= ring_n < _RING:
             raise ValueError(f"state['ring_n'] must be in [0, {_RING}), got {ring_n!r}")
         self._n = int(n)
+        self._generation += 1
         self._ring_n = int(ring_n)
         self._initialized = bool(state["initialized"])
         self._acc = new["acc"]
@@ -768,10 +822,17 @@ class LinearFormInference(_DebiasedLinearForm):
         p = check_propensities(propensities, a, self.n_actions, self.n_trials)
         self._update_validated(Ub, Vb, Xb, a, y, p)
 
-    def _update_validated(self, U, V, X, a, y, p, balanced: bool = False, products=None) -> None:
-        """:meth:`update` on validated batched arrays (the wrappers' path); ``products``:
-        ``(X V_a, Xᵀ U_a, D_a)`` of the pulled arms when the caller already has them."""
+    def _update_validated(self, U, V, X, a, y, p) -> None:
+        """:meth:`update` on validated batched arrays."""
+        self._absorb(U, V, X, a, y, self._weight(a, p))
+
+    def _update_parts(self, changes, Ua, Va, X, a, y, p, products) -> None:
+        """:meth:`update` from the parts of a :class:`agents.LowRankSGD`'s balanced factors
+        (the wrappers' path; see :meth:`_absorb_parts`): ``products`` are ``(X V_a, Xᵀ U_a,
+        D_a)`` of the pulled arms, which the estimator computed for its own step."""
+        weight = self._weight(a, p)
+        self._absorb_parts(changes, Ua, Va, X, a, y, weight, balanced=True, products=products)
+
+    def _weight(self, a, p) -> np.ndarray:
         weight = 1.0 / p[np.arange(self._B), a]
-        if self.ablation == "no_ipw":
-            weight = np.ones_like(weight)
-        self._absorb(U, V, X, a, y, weight, balanced=balanced, products=products)
+        return np.ones_like(weight) if self.ablation == "no_ipw" else weight

@@ -101,6 +101,8 @@ class _Watcher:
         self.estimator = estimator
         self.rank = estimator.rank
         self._obs = None
+        self._fp = None  # fingerprint of the last context (LowRankSGD estimators)
+        self._seen = None  # what the core last absorbed (see _ParameterMixin._snapshot)
         self.rounds_seen = 0
         self.rounds_skipped = 0
 
@@ -148,9 +150,21 @@ class _Watcher:
         if ((actions < 0) | (actions >= self.n_actions)).any():
             raise ValueError(f"action must be in [0, {self.n_actions}); got {arm!r}")
         props = check_propensities(props, actions, self.n_actions, b)
+        self._fp = self._check_context()
+        return actions, props
+
+    def _check_context(self) -> np.ndarray | None:
+        """Refuse a non-finite context before the step.  With a :class:`LowRankSGD` the
+        check is the context's fingerprint (one pass), which is returned for the
+        estimator's product cache; otherwise None."""
+        fp = None
+        if isinstance(self.estimator, LowRankSGD):
+            fp = self.estimator._fingerprint(self._x if self.n_trials is not None else self._x[None])
+            if np.isfinite(fp).all():
+                return fp
         if not np.isfinite(self._x).all():
             raise ValueError("the context the environment returned is not finite (NaN or inf)")
-        return actions, props
+        return fp  # finite entries (their fingerprint overflowed), or not a LowRankSGD
 
     @staticmethod
     def _check_reward(reward, b):
@@ -256,6 +270,7 @@ class _Watcher:
         }
 
     def _load_common(self, state: dict[str, Any]) -> None:
+        self._seen = None
         self.rounds_seen = int(state["rounds_seen"])
         self.rounds_skipped = int(state["rounds_skipped"])
         if self.owns_estimator:
@@ -295,41 +310,42 @@ class _ParameterMixin(_Watcher):
         self.target_names = self.core.target_names
 
     def _snapshot(self, x, actions, props):
-        u, v = self.estimator.factors
-        if not isinstance(self.estimator, LowRankSGD):  # LowRankSGD.factors are copies
-            u, v = np.array(u, copy=True), np.array(v, copy=True)
-        if self.n_trials is None:
-            u, v = u[None], v[None]
-        products = None
-        if isinstance(self.estimator, LowRankSGD):
-            # X V_a and Xᵀ U_a of the pulled arms, shared with the estimator's own update
-            # of this round (and with predict(), which the agent ran on this context).
-            xb = x if self.n_trials is not None else x[None]
-            trials = np.arange(len(actions))
-            XV, XtU = self.estimator._pulled_products(
-                xb, actions, u[trials, actions], v[trials, actions]
-            )
-            sv = self.estimator.singular_values
-            sv = (sv if self.n_trials is not None else sv[None])[trials, actions]
-            products = (XV, XtU, sv)
-        return u, v, products
+        est = self.estimator
+        if not isinstance(est, LowRankSGD):
+            u, v = (np.array(f, copy=True) for f in est.factors)
+            return "factors", ((u, v) if self.n_trials is not None else (u[None], v[None]))
+        # A LowRankSGD: copies of only what the core reads, and the products X V_a and
+        # Xᵀ U_a of the pulled arms shared with the estimator's own update of this round
+        # (and with predict(), which the agent ran on this context).
+        xb = x if self.n_trials is not None else x[None]
+        trials = np.arange(len(actions))
+        Ua, Va = est._U[trials, actions], est._V[trials, actions]
+        XV, XtU = est._pulled_products(xb, actions, Ua, Va, self._fp)
+        products = (XV, XtU, est._sv[trials, actions])
+        # The arms whose factors changed since the core's last round, from the estimator's
+        # per-arm versions; when the core may hold other factors (first round, a restored
+        # state, rounds fed to it directly) by comparing the factors themselves.
+        versions = est._arm_version.copy()
+        core = self.core
+        seen = self._seen
+        if seen is not None and seen[0] is core and seen[1] == (core._n, core._generation):
+            bi, ki = np.nonzero(versions != seen[2])
+        else:
+            bi, ki = np.nonzero(core._changed_arms(est._U, est._V))
+        changes = (bi, ki, est._U[bi, ki], est._V[bi, ki])
+        return "parts", (changes, Ua, Va, products, versions)
 
     def _absorb(self, snapshot, x, actions, rewards, props):
-        u, v, products = snapshot
+        kind, parts = snapshot
         if self.n_trials is None:
             x = x[None]
-        # Inputs were validated before the step (decision, reward); the factors come from a
-        # LowRankSGD, which stores them balanced.
-        self.core._update_validated(
-            u,
-            v,
-            x,
-            actions,
-            rewards,
-            props,
-            balanced=isinstance(self.estimator, LowRankSGD),
-            products=products,
-        )
+        # Inputs were validated before the step (decision, reward).
+        if kind == "factors":
+            self.core._update_validated(*parts, x, actions, rewards, props)
+            return
+        changes, Ua, Va, products, versions = parts
+        self.core._update_parts(changes, Ua, Va, x, actions, rewards, props, products)
+        self._seen = (self.core, (self.core._n, self.core._generation), versions)
 
     def _running_info(self) -> dict[str, Any]:
         n = self.core.n_obs
@@ -405,7 +421,7 @@ class _ValueMixin(_Watcher):
 
     def _snapshot(self, x, actions, props):
         if isinstance(self.estimator, LowRankSGD):  # shares the agent's X V of this round
-            pred = self.estimator._predict(x if self.n_trials is not None else x[None])
+            pred = self.estimator._predict(x if self.n_trials is not None else x[None], self._fp)
         else:
             pred = np.array(self.estimator.predict(x), ndmin=2)
         self.core._check_hat(pred, props)  # before the step: a zero 1/(1 - e_t) is refused

@@ -369,6 +369,31 @@ def test_bad_batched_input_names_first_trial(pos, value, text):
     assert _states_equal(est.state_dict(), before)
 
 
+def test_context_check_by_fingerprint_finds_every_non_finite_entry():
+    """predict/update check a context through its fingerprint <X, W> (one pass): a NaN or
+    an infinity at any position, or +inf and -inf together, must still be refused, and
+    finite entries that overflow the fingerprint must still be accepted."""
+    est = _fresh(n_trials=2)
+    X, a, y, p = _good_args(2)
+    for index in np.ndindex(X.shape):
+        for bad in (np.nan, np.inf, -np.inf):
+            Xb = X.copy()
+            Xb[index] = bad
+            with pytest.raises(ValueError, match=f"trial {index[0]}"):
+                est.update(Xb, a, y, p)
+            with pytest.raises(ValueError, match="X must be finite"):
+                est.predict(Xb)
+    both = X.copy()
+    both[1, 0, 0], both[1, 4, 3] = np.inf, -np.inf
+    with pytest.raises(ValueError, match="trial 1"):
+        est.predict(both)
+    before = est.state_dict()
+    huge = np.full_like(X, 1e308)  # finite; the fingerprint overflows to inf
+    with np.errstate(over="ignore"):  # the predictions themselves overflow
+        assert est.predict(huge).shape == (2, 3)
+    assert _states_equal(est.state_dict(), before)
+
+
 def test_unknown_mode_accepts_zero_propensity_at_chosen_arm():
     est = _fresh(propensities="unknown")
     X, a, y, _ = _good_args()
@@ -432,6 +457,20 @@ def test_divergence_raises_without_corrupting_state():
     with pytest.raises(FloatingPointError, match="step_scale"), np.errstate(all="ignore"):
         est.update(np.full((5, 4), 1e10), 0, 1e300, np.array([0.5, 0.5]))
     assert _states_equal(est.state_dict(), before)
+
+
+def test_huge_finite_factors_are_balanced_by_the_eigen_route():
+    # Factors ~1e80: their Gram matrices (~1e160) are finite, the r x r product the
+    # Cholesky route decomposes (~1e320) is not; those pairs take the eigen route.
+    est = LowRankSGD(5, 4, 2, step_scale=1e-300)
+    est.initialize(1e160 * np.random.default_rng(0).standard_normal((2, 5, 4)))
+    before = est.estimates
+    est.update(np.ones((5, 4)), 0, 0.0, np.array([0.5, 0.5]))  # a step of ~1e-300
+    U, V = est.factors
+    np.testing.assert_allclose(est.estimates, before, rtol=1e-10)
+    D = np.diag(est.singular_values[0])
+    np.testing.assert_allclose(U[0].T @ U[0], D, rtol=1e-10, atol=1e-10 * D.max())
+    np.testing.assert_allclose(V[0].T @ V[0], D, rtol=1e-10, atol=1e-10 * D.max())
 
 
 # --------------------------------------------------------------------------- persistence

@@ -493,24 +493,16 @@ class LowRankSGD:
         unbatched runs bit for bit; the unbatched API only swaps the fancy-indexed
         gather/scatter for cheaper basic indexing.
         """
-        if self.n_trials is None:
-            a0 = int(a[0])
-            U = self._U[0, a0][None]  # views; not modified in place
-            V = self._V[0, a0][None]
-            counts = self._counts[0, a0 : a0 + 1]
-        else:
-            U = self._U[self._trials, a]  # (B, d1, r) gathered copies
-            V = self._V[self._trials, a]
-            counts = self._counts[self._trials, a]
         if self.propensities == "known":
             coef = (self._eta(self._t + 1) * self.c) / p[self._trials, a]
         else:
-            coef = self.step_size(counts + 1) * self.c
-        XV, XtU = self._pulled_products(Xb, a, U, V, fp)
+            coef = self.step_size(self._counts[self._trials, a] + 1) * self.c
+        U, V, XV, XtU = self._pulled(Xb, a, fp)  # not modified in place below
         res = y - np.matmul(XV.reshape(len(y), 1, -1), U.reshape(len(y), -1, 1))[:, 0, 0]
         step = (coef * res)[:, None, None]
         U_bal, V_bal, sv = _balance(U + step * XV, V + step * XtU)
         if self.n_trials is None:
+            a0 = int(a[0])
             self._U[0, a0] = U_bal[0]
             self._V[0, a0] = V_bal[0]
             self._sv[0, a0] = sv[0]
@@ -567,27 +559,29 @@ class LowRankSGD:
             c["XV"] = np.matmul(Xb, V_cat).reshape(B, self.d1, K, r)
         return c["XV"]
 
-    def _pulled_products(
-        self,
-        Xb: np.ndarray,
-        a: np.ndarray,
-        U: np.ndarray,
-        V: np.ndarray,
-        fp: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``X V_a`` (B, d1, r) and ``Xᵀ U_a`` (B, d2, r) for the pulled arms, whose current
-        factors ``U``, ``V`` the caller gathered; reused within the round (cached)."""
+    def _pulled(
+        self, Xb: np.ndarray, a: np.ndarray, fp: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The pulled arms' current factors ``U_a`` (B, d1, r), ``V_a`` (B, d2, r) and the
+        products ``X V_a`` (B, d1, r), ``Xᵀ U_a`` (B, d2, r), cached for the round: the
+        inference wrappers' snapshot and :meth:`update` share them.  The arrays are read-only
+        by convention (the unbatched ``U_a``, ``V_a`` are views of the factors)."""
         c = self._products_for(Xb, fp)
         pulled = c.get("pulled")
         if pulled is not None and np.array_equal(pulled[0], a):
-            return pulled[1], pulled[2]
+            return pulled[1:]
+        if self.n_trials is None:
+            a0 = int(a[0])
+            U, V = self._U[0, a0][None], self._V[0, a0][None]
+        else:
+            U, V = self._U[self._trials, a], self._V[self._trials, a]  # gathered copies
         if "XV" in c:  # predict() has run on this context
             XV = c["XV"][np.arange(len(a)), :, a, :]
             XtU = _context_products(Xb, U, V, xv=False)[1]
         else:
             XV, XtU = _context_products(Xb, U, V)
-        c["pulled"] = (np.array(a, copy=True), XV, XtU)
-        return XV, XtU
+        c["pulled"] = (np.array(a, copy=True), U, V, XV, XtU)
+        return U, V, XV, XtU
 
     # ------------------------------------------------------------------ read-outs
     def predict(self, X: Any) -> np.ndarray:

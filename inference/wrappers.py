@@ -319,8 +319,9 @@ class _ParameterMixin(_Watcher):
         # (and with predict(), which the agent ran on this context).
         xb = x if self.n_trials is not None else x[None]
         trials = np.arange(len(actions))
-        Ua, Va = est._U[trials, actions], est._V[trials, actions]
-        XV, XtU = est._pulled_products(xb, actions, Ua, Va, self._fp)
+        Ua, Va, XV, XtU = est._pulled(xb, actions, self._fp)
+        if self.n_trials is None:  # views of the factors: copies, read after the step
+            Ua, Va = Ua.copy(), Va.copy()
         products = (XV, XtU, est._sv[trials, actions])
         # The arms whose factors changed since the core's last round, from the estimator's
         # per-arm versions; when the core may hold other factors (first round, a restored

@@ -10,9 +10,11 @@ How a round is absorbed (``B`` trials in lock step, ``K`` arms, rank ``r``)
 --------------------------------------------------------------------------
 * ``sum_t M_hat_{i,t-1}``: an estimate only changes when its arm is pulled, so each arm keeps
   the factors it was last given and a count of rounds they have been *held*.  Factors that
-  differ from the stored ones (compared exactly, so no assumption about the caller) first
-  *flush* ``held * U V^T`` into the arm's accumulator.  With an SGD agent only the previous
-  round's pulled arm changes: one ``d1 x d2 x r`` product per trial per round, not ``K``.
+  differ from the stored ones (compared exactly, so no assumption about the caller; the
+  wrappers instead pass the arms whose :class:`agents.LowRankSGD` version changed) first
+  queue ``held * U V^T``, which one GEMM adds to the arm's accumulator every ``_RING``
+  rounds.  With an SGD agent only the previous round's pulled arm changes: one
+  ``d1 x d2 x r`` product per trial per round, not ``K``.
 * The correction ``c 1{a_t=i}/pi_t(i) (y_t - <M_hat, X_t>) X_t`` goes into the same
   accumulator (only the pulled arm's is touched).
 * ``S_i^2`` needs ``<G_t, X_t>`` for the pulled arm only.  Orthonormal bases come from the
@@ -25,8 +27,9 @@ How a round is absorbed (``B`` trials in lock step, ``K`` arms, rank ``r``)
   the tangent-space projection ``G = T - P_U⊥ T P_V⊥``.  Each term is evaluated from
   ``X Q_V`` (d1 x r) and ``Q_U^T X`` (r x d2) and the targets' singular triplets
   ``T = sum_l s_l x_l y_l^T`` (computed once), e.g. ``<x y^T, P_U X> =
-  (Q_U^T x) . (Q_U^T X y)``; no ``d1 x d2`` projector is ever formed and the cost per
-  triplet is ``O(r (d1 + d2))``.
+  (Q_U^T x) . (Q_U^T X y)``; no ``d1 x d2`` projector is ever formed, and only the rows
+  in the triplets' support are read: ``O(r^2)`` per triplet for ``e_i e_j^T`` targets,
+  ``O(r (d1 + d2))`` for dense ones.
 """
 
 from __future__ import annotations

@@ -292,8 +292,6 @@ class _DebiasedLinearForm:
         action: np.ndarray,
         reward: np.ndarray,
         weight: np.ndarray,
-        balanced: bool = False,
-        products: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """Absorb one validated round (batched layout) given every arm's factors.
 
@@ -302,17 +300,8 @@ class _DebiasedLinearForm:
         """
         trials = np.arange(self._B)
         bi, ki = np.nonzero(self._changed_arms(U, V))
-        self._absorb_parts(
-            (bi, ki, U[bi, ki], V[bi, ki]),
-            U[trials, action],
-            V[trials, action],
-            X,
-            action,
-            reward,
-            weight,
-            balanced=balanced,
-            products=products,
-        )
+        changes = (bi, ki, U[bi, ki], V[bi, ki])
+        self._absorb_parts(changes, U[trials, action], V[trials, action], X, action, reward, weight)
 
     def _changed_arms(self, U: np.ndarray, V: np.ndarray) -> np.ndarray:
         """(B, K) mask of the arms whose factors differ (exactly) from the ones last

@@ -159,7 +159,8 @@ class _Watcher:
         estimator's product cache; otherwise None."""
         fp = None
         if isinstance(self.estimator, LowRankSGD):
-            fp = self.estimator._fingerprint(self._x if self.n_trials is not None else self._x[None])
+            xb = self._x if self.n_trials is not None else self._x[None]
+            fp = self.estimator._fingerprint(xb)
             if np.isfinite(fp).all():
                 return fp
         if not np.isfinite(self._x).all():

@@ -69,6 +69,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         figures=not args.no_figures,
         compare_projection=args.compare_projection,
         ranks=None if args.ranks is None else tuple(args.ranks),
+        warm_start=args.warm_start,
     )
     return 0
 
@@ -126,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         help="table2: ranks to run (default 3 5 7; r=3 is table1's setting)",
+    )
+    rep.add_argument(
+        "--warm-start",
+        type=int,
+        default=None,
+        help="uniform rounds before inference (default 2000; ensemble 300)",
     )
     rep.set_defaults(func=_reproduce)
 

@@ -16,6 +16,7 @@ setting, keys ``"{setting}/{array}"``; :func:`load_raw` reads them back and
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import platform
 import sys
@@ -429,6 +430,7 @@ def reproduce(
     figures: bool = True,
     compare_projection: bool = False,
     ranks: tuple[int, ...] | None = None,
+    warm_start: int | None = None,
     stream=None,
 ) -> dict:
     """Run one study and write its outputs into ``out``.
@@ -454,6 +456,10 @@ def reproduce(
     ranks : tuple of int, optional
         ``table2`` only: the ranks to run (default :data:`TABLE2_RANKS`; r = 3 is table1's
         setting, so ``ranks=(5, 7)`` completes a table1 run).
+    warm_start : int, optional
+        Uniformly random rounds before inference starts (the paper does not give this
+        size): default 2000 (:data:`agents.DEFAULT_WARM_START_ROUNDS`), 300 for
+        ``ensemble``.  2000 suits r = 3 at d = 50; r = 7 needs about 4000 (see README).
 
     Returns
     -------
@@ -480,6 +486,19 @@ def reproduce(
         ):
             raise ValueError(f"ranks must be integers in [1, 50]; got {ranks!r}")
     configs = _configs(study, tuple(sorted(n)), compare_projection, ranks or TABLE2_RANKS)
+    if warm_start is not None:
+        least = 0 if study == "ensemble" else 1
+        if (
+            isinstance(warm_start, bool)
+            or not isinstance(warm_start, int | np.integer)
+            or (warm_start < least)
+        ):
+            raise ValueError(
+                f"warm_start must be an integer >= {least} for {study}; got {warm_start!r}"
+            )
+        configs = {
+            k: dataclasses.replace(c, warm_start=int(warm_start)) for k, c in configs.items()
+        }
     if backend not in ("local", "ray"):
         raise ValueError(f"backend must be 'local' or 'ray'; got {backend!r}")
     map_fn = _ray_map(jobs) if backend == "ray" else _local_map(jobs, sys.stderr)
@@ -522,6 +541,7 @@ def reproduce(
         "batch_size": batch_size,
         "compare_projection": compare_projection,
         "ranks": None if ranks is None else list(ranks),
+        "warm_start": None if warm_start is None else int(warm_start),
         "configs": {
             k: {f: (list(v) if isinstance(v, tuple) else v) for f, v in vars(c).items()}
             for k, c in configs.items()

@@ -100,6 +100,26 @@ def test_table1_projection_comparison_and_table2_ranks_on_request(tmp_path):
     assert {r["setting"] for r in two["rows"]} == {"r=2"} and two["ranks"] == [2]
 
 
+def test_warm_start_option_reaches_every_setting_and_is_recorded(tmp_path):
+    out = reproduce(
+        "table2",
+        trials=2,
+        n=(5,),
+        out=tmp_path,
+        jobs=1,
+        batch_size=2,
+        ranks=(1, 2),
+        warm_start=40,
+        figures=False,
+    )
+    assert out["warm_start"] == 40
+    assert {c["warm_start"] for c in out["configs"].values()} == {40}
+    with pytest.raises(ValueError, match="warm_start must be an integer >= 1"):
+        reproduce("table1", trials=1, warm_start=0, out=tmp_path)
+    with pytest.raises(ValueError, match="warm_start"):
+        reproduce("value", trials=1, warm_start=2.5, out=tmp_path)
+
+
 def test_study_specific_options_are_refused_elsewhere(tmp_path):
     with pytest.raises(ValueError, match="compare_projection"):
         reproduce("value", trials=1, compare_projection=True, out=tmp_path)

@@ -68,6 +68,35 @@ def test_shared_estimator_reproduces_the_core_fed_by_hand():
     assert set(info["parameter_inference"]["standard_error"]) == {"T1", "T2"}
 
 
+def test_rounds_fed_to_the_core_directly_do_not_confuse_the_change_tracking():
+    """The wrapper tells its core which arms moved from the estimator's versions; a round
+    fed to the core by hand (other factors) must make it compare factors instead."""
+    env = make_env()
+    agent = EpsilonGreedy(env, rank=R, M_init=truth_init(env), seed=0)
+    targets = paper_targets(D1, D2)
+    wrapped = ParameterInference(env, targets, estimator=agent.estimator)
+    core = LinearFormInference(D1, D2, R, 2, targets)
+    rng = np.random.default_rng(5)
+    obs, _ = wrapped.reset(seed=3)
+    for t in range(120):
+        if t == 60:  # a foreign round with other factors, fed to both cores
+            u = rng.standard_normal((2, D1, R))
+            v = rng.standard_normal((2, D2, R))
+            x, p = rng.standard_normal((D1, D2)), np.array([0.5, 0.5])
+            wrapped.core.update(u, v, x, 1, 0.3, p)
+            core.update(u, v, x, 1, 0.3, p)
+        d = agent.act(obs)
+        u, v = (np.array(f) for f in agent.estimator.factors)
+        nxt, r, _, _, _ = wrapped.step(d)
+        core.update(u, v, obs, d.action, r, d.propensities)
+        agent.update(obs, d, r)
+        obs = nxt
+    for arm in range(2):
+        np.testing.assert_allclose(
+            wrapped.core.debiased_mean(arm), core.debiased_mean(arm), rtol=1e-12, atol=1e-14
+        )
+
+
 def test_wrappers_stack_and_pass_the_decision_inward():
     env = make_env()
     agent = EpsilonGreedy(env, rank=R, M_init=truth_init(env), seed=1)

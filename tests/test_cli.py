@@ -100,6 +100,7 @@ def test_table1_projection_comparison_and_table2_ranks_on_request(tmp_path):
     assert {r["setting"] for r in two["rows"]} == {"r=2"} and two["ranks"] == [2]
 
 
+@pytest.mark.filterwarnings("ignore::inference.results.InsufficientDataWarning")  # n = 5
 def test_warm_start_option_reaches_every_setting_and_is_recorded(tmp_path):
     out = reproduce(
         "table2",

@@ -45,6 +45,16 @@ def play(env, agent, obs, n):
     return obs, info
 
 
+def play_and_feed(wrapped, agent, core, obs):
+    """One round through the wrapper, feeding ``core`` the same round by hand."""
+    d = agent.act(obs)
+    u, v = (np.array(f) for f in agent.estimator.factors)
+    nxt, r, _, _, info = wrapped.step(d)
+    core.update(u, v, obs, d.action, r, d.propensities)
+    agent.update(obs, d, r)
+    return nxt, info
+
+
 def test_shared_estimator_reproduces_the_core_fed_by_hand():
     env = make_env()
     agent = EpsilonGreedy(env, rank=R, M_init=truth_init(env), seed=0)
@@ -53,12 +63,7 @@ def test_shared_estimator_reproduces_the_core_fed_by_hand():
     core = LinearFormInference(D1, D2, R, 2, targets)
     obs, _ = wrapped.reset(seed=3)
     for _ in range(200):
-        d = agent.act(obs)
-        u, v = (np.array(f) for f in agent.estimator.factors)
-        nxt, r, _, _, info = wrapped.step(d)
-        core.update(u, v, obs, d.action, r, d.propensities)
-        agent.update(obs, d, r)
-        obs = nxt
+        obs, info = play_and_feed(wrapped, agent, core, obs)
     for arm in range(2):
         a, b = wrapped.interval(arm, "T2"), core.interval(arm, "T2")
         # The wrapper uses the estimator's balanced form for the bases: equal up to rounding.
@@ -85,12 +90,7 @@ def test_rounds_fed_to_the_core_directly_do_not_confuse_the_change_tracking():
             x, p = rng.standard_normal((D1, D2)), np.array([0.5, 0.5])
             wrapped.core.update(u, v, x, 1, 0.3, p)
             core.update(u, v, x, 1, 0.3, p)
-        d = agent.act(obs)
-        u, v = (np.array(f) for f in agent.estimator.factors)
-        nxt, r, _, _, _ = wrapped.step(d)
-        core.update(u, v, obs, d.action, r, d.propensities)
-        agent.update(obs, d, r)
-        obs = nxt
+        obs, _ = play_and_feed(wrapped, agent, core, obs)
     for arm in range(2):
         np.testing.assert_allclose(
             wrapped.core.debiased_mean(arm), core.debiased_mean(arm), rtol=1e-12, atol=1e-14

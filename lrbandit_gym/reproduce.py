@@ -267,6 +267,32 @@ def draw_baseline(
     return per_context * n_trials * rounds / jobs
 
 
+def _phase_breakdown(config: StudyConfig, phases: dict, draw_seconds: float) -> dict:
+    """Each of :data:`lrbandit_gym.studies.PHASES` (process-seconds summed over chunks)
+    beside the seconds that drawing its rounds' contexts takes (``draw_seconds``, the draw
+    baseline for all rounds in process-seconds, shared out by rounds)."""
+    from agents import DEFAULT_WARM_START_ROUNDS
+
+    warm = DEFAULT_WARM_START_ROUNDS if config.warm_start is None else config.warm_start
+    online = max(config.checkpoints)
+    share = {"warm_start_rounds": warm, "warm_start_fit": 0, "online_rounds": online}
+    return {
+        name: {"seconds": float(sec), "draw_seconds": draw_seconds * share[name] / (warm + online)}
+        for name, sec in phases.items()
+    }
+
+
+def _phase_line(breakdown: dict) -> str:
+    parts = []
+    for name, row in breakdown.items():
+        sec = row["seconds"]
+        text = f"{name.replace('_', ' ')} {sec:.{0 if sec >= 100 else 1}f} s"
+        if row["draw_seconds"] > 0:
+            text += f" ({row['seconds'] / row['draw_seconds']:.2f}x drawing their contexts)"
+        parts.append(text)
+    return "  process-seconds by phase: " + "; ".join(parts)
+
+
 def _draw_job(job) -> float:
     """Draw ``rounds`` batches of contexts; return the seconds the loop took."""
     batch, d1, d2, rounds = job
@@ -511,9 +537,16 @@ def reproduce(
             f"{jobs} job(s), backend {backend}",
             file=stream,
         )
-        run = run_ensemble_study if isinstance(config, EnsembleStudyConfig) else run_study
+        phases: dict = {}
         start = time.perf_counter()
-        result = run(config, trials, seed=seed, batch_size=batch_size, map_fn=map_fn)
+        if isinstance(config, EnsembleStudyConfig):
+            result = run_ensemble_study(
+                config, trials, seed=seed, batch_size=batch_size, map_fn=map_fn
+            )
+        else:
+            result = run_study(
+                config, trials, seed=seed, batch_size=batch_size, map_fn=map_fn, timing=phases
+            )
         seconds = time.perf_counter() - start
         baseline = draw_baseline(config, trials, jobs, batch_size)
         timing[label] = {"seconds": seconds, "draw_baseline_seconds": baseline}
@@ -526,6 +559,9 @@ def reproduce(
             f"(ratio {seconds / baseline:.2f})",
             file=stream,
         )
+        if phases:
+            timing[label]["phases"] = _phase_breakdown(config, phases, baseline * jobs)
+            print(_phase_line(timing[label]["phases"]), file=stream)
     _print_table(study, rows, stream)
     if study == "ensemble":
         _print_ensemble(rows, next(iter(diagnostics.values())), stream)

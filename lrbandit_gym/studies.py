@@ -11,6 +11,7 @@ spawned from one ``SeedSequence``, so results do not depend on how chunks are sc
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +28,11 @@ __all__ = [
     "summarize_parameters",
     "summarize_value",
 ]
+
+#: What :func:`run_study` times in every chunk (wall-clock seconds in the process running it):
+#: the warm-start rounds (their contexts drawn, played uniformly and stored), the fit of
+#: ``M_init`` at the end of the warm start, and the online rounds with their read-outs.
+PHASES = ("warm_start_rounds", "warm_start_fit", "online_rounds")
 
 
 def paper_targets(d1: int, d2: int) -> dict[str, np.ndarray]:
@@ -104,8 +110,8 @@ def run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]
 
     Returns arrays (leading axis: checkpoints) ``estimate``/``se`` of shape
     ``(C, n_T, K, B)``, ``diff_estimate``/``diff_se`` ``(C, n_T, B)`` for ``M_1 − M_0``,
-    ``value_estimate``/``value_se`` ``(C, B)``, and the truths ``truth`` ``(n_T, K)`` and
-    ``optimal_value``.
+    ``value_estimate``/``value_se`` ``(C, B)``, the truths ``truth`` ``(n_T, K)`` and
+    ``optimal_value``, and ``phase_seconds`` (3,): the wall-clock seconds of :data:`PHASES`.
     """
     from threadpoolctl import threadpool_limits
 
@@ -192,6 +198,9 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
         out[p + "diff_se"] = np.full((n_c, len(names), n_trials), np.nan)
     obs, _ = env.reset(seed=int(env_seed.generate_state(1)[0]))
     online = 0
+    # Wall-clock marks: loop start, before and after the update that runs the warm-start
+    # fit, loop end (see PHASES).
+    marks = [time.perf_counter(), np.nan, np.nan, np.nan]
     while online < checkpoints[-1]:
         decision = agent.act(obs)
         was_online = not agent.in_warm_start
@@ -201,10 +210,15 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
         next_obs, reward, _, _, info = env.step(decision)
         if explore is not None and was_online:
             explore.update(u, v, obs, decision.action, reward, agent.last_explored, eps)
+        if not was_online:
+            before = time.perf_counter()
+            agent.update(obs, decision, reward)
+            if not agent.in_warm_start:  # this update fitted M_init
+                marks[1:3] = before, time.perf_counter()
+            obs = next_obs
+            continue
         agent.update(obs, decision, reward)
         obs = next_obs
-        if not was_online:
-            continue
         online += 1
         out["regret"] += info["regret"]
         if online not in checkpoints:
@@ -227,7 +241,9 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
             ci = value.interval()
             out["value_estimate"][c] = ci.estimate
             out["value_se"][c] = ci.standard_error
+    marks[3] = time.perf_counter()
     out["checkpoints"] = np.asarray(checkpoints)
+    out["phase_seconds"] = np.diff(marks)
     return out
 
 
@@ -235,7 +251,9 @@ def _concat(chunks: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     first = chunks[0]
     merged = {}
     for key, value in first.items():
-        if key in ("truth", "optimal_value", "checkpoints"):
+        if key == "phase_seconds":  # timings, not results: summed, kept apart by run_study
+            merged[key] = np.sum([c[key] for c in chunks], axis=0)
+        elif key in ("truth", "optimal_value", "checkpoints"):
             merged[key] = value
         else:
             merged[key] = np.concatenate([c[key] for c in chunks], axis=-1)
@@ -249,12 +267,17 @@ def run_study(
     batch_size: int = 250,
     map_fn: Callable | None = None,
     progress: Callable[[int, int], None] | None = None,
+    timing: dict | None = None,
 ) -> dict[str, np.ndarray]:
     """Run ``n_trials`` trials in chunks of ``batch_size`` (the last may be smaller).
 
     Chunk ``i`` is seeded by the ``i``-th child of ``SeedSequence(seed)``, whatever runs it:
     ``map_fn(fn, list_of_args)`` (e.g. a process pool's or Ray's map) may schedule chunks
     anywhere and the merged result is the same.
+
+    ``timing``, if given, is filled with the seconds spent in each of :data:`PHASES`, summed
+    over chunks (so over processes: with J busy processes they add up to about J times the
+    wall time).  Timings are kept out of the result, which depends on the seed only.
     """
     sizes = [batch_size] * (n_trials // batch_size)
     if n_trials % batch_size:
@@ -275,7 +298,11 @@ def run_study(
             reuse_buffer_memory(previous)
     else:
         chunks = list(map_fn(_run_job, jobs))
-    return _concat(chunks)
+    merged = _concat(chunks)
+    seconds = merged.pop("phase_seconds")
+    if timing is not None:
+        timing.update(zip(PHASES, seconds.tolist(), strict=True))
+    return merged
 
 
 def _run_job(job):

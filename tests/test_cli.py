@@ -53,6 +53,29 @@ def test_results_do_not_depend_on_jobs():
         np.testing.assert_array_equal(one[key], two[key])
 
 
+def test_study_times_its_phases_apart_from_its_results(tmp_path):
+    """run_study reports the seconds of the warm-start rounds, the fit and the online rounds
+    (summed over chunks) without putting them in the seed-determined result; reproduce
+    records them beside the draw baseline's share of each phase."""
+    from lrbandit_gym.studies import PHASES
+
+    config = StudyConfig(checkpoints=(30,), warm_start=300, d1=12, d2=10, rank=2)
+    timing = {}
+    result = run_study(config, 4, seed=5, batch_size=2, timing=timing)
+    assert "phase_seconds" not in result
+    assert list(timing) == list(PHASES)
+    assert all(np.isfinite(s) and s > 0 for s in timing.values())
+    out = reproduce(
+        "table1", trials=2, n=(30,), out=tmp_path, jobs=1, figures=False, warm_start=300
+    )
+    phases = out["timing"]["r=3"]["phases"]
+    assert list(phases) == list(PHASES)
+    draw = out["timing"]["r=3"]["draw_baseline_seconds"]
+    # jobs = 1: the phases' draw shares add up to the baseline, split 300 : 0 : 30.
+    shares = [phases[p]["draw_seconds"] for p in PHASES]
+    np.testing.assert_allclose(shares, np.array([300, 0, 30]) / 330 * draw)
+
+
 def test_ray_backend_gives_the_local_numbers(tmp_path):
     pytest.importorskip("ray")
     local = reproduce("value", trials=4, n=(40,), seed=1, out=tmp_path / "a", jobs=2, batch_size=2)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["bench_agents", "bench_env", "bench_inference", "best_times"]
+__all__ = ["bench_agents", "bench_env", "bench_inference", "bench_study_round", "best_times"]
 
 
 def best_times(fns: dict[str, Callable[[], object]], number: int, repeat: int = 7) -> dict:
@@ -198,3 +198,87 @@ def bench_inference(d: int = 50, num_envs: int = 1000, seed: int = 0) -> dict:
         else:
             out.update(single_wrappers=cost, single_sgd=t["sgd"], single_ratio=cost / t["sgd"])
     return out
+
+
+def bench_study_round(d: int = 50, num_envs: int = 125, seed: int = 0) -> dict:
+    """One online round of the Table 1 study at ``B = num_envs`` (the chunk size of
+    ``lrbandit reproduce``), beside drawing its contexts, on one BLAS thread.
+
+    ``api``: the study's round through the public API (ε-greedy ``act``, the vector env
+    wrapped by :class:`inference.VectorParameterInference`, ``update``); ``internals``: the
+    same arithmetic through the internal entry points that round ends up in (the env's
+    expected rewards, ``LowRankSGD._predict``/``_pulled``/``_step`` and the inference core's
+    ``_absorb_parts``), with one finiteness check of the context and no wrappers.  Both are
+    reported as seconds beyond the draw, so their difference is what validation and the
+    layers cost, and ``internals`` is the floor of this numpy implementation.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from inference import LinearFormInference, VectorParameterInference
+    from lrbandit_gym.studies import StudyConfig, make_study_env, paper_targets
+
+    with threadpool_limits(1):
+        venv = make_study_env(StudyConfig(d1=d, d2=d), num_envs)
+        agent = _paper_agent(venv)
+        env = VectorParameterInference(venv, paper_targets(d, d), estimator=agent.estimator)
+        state = {"obs": env.reset(seed=seed)[0]}
+
+        def api_round():
+            obs = state["obs"]
+            decision = agent.act(obs)
+            state["obs"], reward, *_ = env.step(decision)
+            agent.update(obs, decision, reward)
+
+        est = agent.estimator
+        problem = venv.unwrapped.problem
+        core = LinearFormInference(
+            d, d, est.rank, est.n_actions, paper_targets(d, d), n_trials=num_envs
+        )
+        rng = np.random.default_rng(seed)
+        trials = np.arange(num_envs)
+        seen = {"versions": None}
+
+        def internals_round():
+            X = rng.standard_normal((num_envs, d, d))
+            mean = problem.expected_rewards(X, None)
+            fp = est._fingerprint(X)
+            if not np.isfinite(fp).all():
+                raise FloatingPointError("non-finite context")
+            preds = est._predict(X, fp)
+            eps = agent.epsilon_at(est.t + 1)
+            best = preds.argmax(axis=1)
+            probs = np.full(preds.shape, eps / est.n_actions)
+            probs[trials, best] += 1.0 - eps
+            a = np.where(rng.random(num_envs) < eps, rng.integers(0, est.n_actions, num_envs), best)
+            y = mean[trials, a] + problem.noise_std[a] * rng.standard_normal(num_envs)
+            Ua, Va, XV, XtU = est._pulled(X, a, fp)
+            versions = est._arm_version.copy()
+            if seen["versions"] is None:
+                bi, ki = np.nonzero(core._changed_arms(est._U, est._V))
+            else:
+                bi, ki = np.nonzero(versions != seen["versions"])
+            seen["versions"] = versions
+            changes = (bi, ki, est._U[bi, ki], est._V[bi, ki])
+            products = (XV, XtU, est._sv[trials, a])
+            weight = 1.0 / probs[trials, a]
+            core._absorb_parts(changes, Ua, Va, X, a, y, weight, balanced=True, products=products)
+            est._step(X, a, y, probs, fp)
+
+        for _ in range(20):  # past the first rounds (exact comparisons, cold caches)
+            api_round()
+            internals_round()
+        t = best_times(
+            {
+                "draw": lambda: rng.standard_normal((num_envs, d, d)),
+                "api": api_round,
+                "internals": internals_round,
+            },
+            number=20,
+        )
+    return {
+        "d": d,
+        "num_envs": num_envs,
+        "draw": t["draw"],
+        "api": t["api"] - t["draw"],
+        "internals": t["internals"] - t["draw"],
+    }

@@ -19,8 +19,11 @@ def _demo(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from lrbandit_gym import bench
 
+    num_envs = args.num_envs
+    if num_envs is None:
+        num_envs = 125 if args.what == "round" else 1000
     if args.what == "env":
-        r = bench.bench_env(d=args.d, num_envs=args.num_envs, seed=args.seed)
+        r = bench.bench_env(d=args.d, num_envs=num_envs, seed=args.seed)
         print(f"vector env, B={r['num_envs']}, d={r['d']}:")
         print(f"  step                     {r['vector_step'] * 1e3:8.2f} ms")
         print(f"  numpy draw of contexts   {r['vector_draw'] * 1e3:8.2f} ms")
@@ -31,7 +34,7 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"  added by step            {r['single_added_us']:8.2f} us (target <= 15)")
         return 0
     if args.what == "agents":
-        r = bench.bench_agents(d=args.d, num_envs=args.num_envs, seed=args.seed)
+        r = bench.bench_agents(d=args.d, num_envs=num_envs, seed=args.seed)
         print(f"LowRankSGD update, d={r['d_large']}, r=3 (single trial):")
         print(f"  balanced r x r update    {r['sgd_update'] * 1e3:8.3f} ms")
         print(f"  naive full-SVD (eq. 8)   {r['naive_update'] * 1e3:8.3f} ms")
@@ -42,7 +45,7 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"  ratio                    {r['batched_ratio']:8.3f}   (target <= 3)")
         return 0
     if args.what == "inference":
-        r = bench.bench_inference(d=args.d, num_envs=args.num_envs, seed=args.seed)
+        r = bench.bench_inference(d=args.d, num_envs=num_envs, seed=args.seed)
         print(f"both inference wrappers, two targets, shared estimator, d={r['d']}:")
         print(f"  single env: wrappers     {r['single_wrappers'] * 1e6:8.1f} us")
         print(f"  one LowRankSGD round     {r['single_sgd'] * 1e6:8.1f} us")
@@ -50,6 +53,13 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"  vector env B={r['num_envs']}: wrappers {r['vector_wrappers'] * 1e3:8.2f} ms")
         print(f"  numpy draw of contexts   {r['vector_draw'] * 1e3:8.2f} ms")
         print(f"  ratio                    {r['vector_ratio']:8.3f}   (target <= 2)")
+        return 0
+    if args.what == "round":
+        r = bench.bench_study_round(d=args.d, num_envs=num_envs, seed=args.seed)
+        print(f"one online round of the table1 study, B={r['num_envs']}, d={r['d']}, 1 thread:")
+        print(f"  numpy draw of contexts   {r['draw'] * 1e3:8.2f} ms")
+        print(f"  beyond the draw: API     {r['api'] * 1e3:8.2f} ms  (act, wrapped step, update)")
+        print(f"  beyond the draw: core    {r['internals'] * 1e3:8.2f} ms  (internal entry points)")
         return 0
     raise AssertionError(args.what)
 
@@ -144,9 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     fig.set_defaults(func=_figures)
 
     bench = sub.add_parser("bench", help="speed benchmarks")
-    bench.add_argument("what", choices=["env", "agents", "inference"])
+    bench.add_argument("what", choices=["env", "agents", "inference", "round"])
     bench.add_argument("--d", type=int, default=50)
-    bench.add_argument("--num-envs", type=int, default=1000)
+    bench.add_argument(
+        "--num-envs", type=int, default=None, help="batch size (default 1000; 125 for round)"
+    )
     bench.add_argument("--seed", type=int, default=0)
     bench.set_defaults(func=_bench)
     return parser

@@ -90,6 +90,12 @@ def test_bench_env_runs(capsys):
     assert "ratio" in capsys.readouterr().out
 
 
+def test_bench_round_runs(capsys):
+    assert main(["bench", "round", "--num-envs", "8", "--d", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "B=8" in out and "API" in out and "core" in out
+
+
 def test_unknown_study_is_refused():
     with pytest.raises(SystemExit):
         main(["reproduce", "table9"])

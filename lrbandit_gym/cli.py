@@ -16,52 +16,65 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _row(label: str, value: float, unit: str = "", note: str = "", digits: int = 2) -> str:
+    """One aligned line of a benchmark report."""
+    return f"  {label:<24} {value:8.{digits}f} {unit}{'  ' + note if note else ''}".rstrip()
+
+
 def _bench(args: argparse.Namespace) -> int:
     from lrbandit_gym import bench
 
     num_envs = args.num_envs
     if num_envs is None:
         num_envs = 125 if args.what == "round" else 1000
+    kw = {"d": args.d, "num_envs": num_envs, "seed": args.seed}
     if args.what == "env":
-        r = bench.bench_env(d=args.d, num_envs=num_envs, seed=args.seed)
-        print(f"vector env, B={r['num_envs']}, d={r['d']}:")
-        print(f"  step                     {r['vector_step'] * 1e3:8.2f} ms")
-        print(f"  numpy draw of contexts   {r['vector_draw'] * 1e3:8.2f} ms")
-        print(f"  ratio                    {r['vector_ratio']:8.3f}   (target <= 1.3)")
-        print(f"single env (unwrapped), d={r['d']}:")
-        print(f"  step                     {r['single_step'] * 1e6:8.2f} us")
-        print(f"  numpy draw of a context  {r['single_draw'] * 1e6:8.2f} us")
-        print(f"  added by step            {r['single_added_us']:8.2f} us (target <= 15)")
-        return 0
-    if args.what == "agents":
-        r = bench.bench_agents(d=args.d, num_envs=num_envs, seed=args.seed)
-        print(f"LowRankSGD update, d={r['d_large']}, r=3 (single trial):")
-        print(f"  balanced r x r update    {r['sgd_update'] * 1e3:8.3f} ms")
-        print(f"  naive full-SVD (eq. 8)   {r['naive_update'] * 1e3:8.3f} ms")
-        print(f"  speed-up                 {r['sgd_speedup']:8.1f} x  (target >= 50)")
-        print(f"batched epsilon-greedy round (act + update), B={r['num_envs']}, d={args.d}:")
-        print(f"  agent                    {r['agent_round'] * 1e3:8.2f} ms")
-        print(f"  numpy draw of contexts   {r['draw'] * 1e3:8.2f} ms")
-        print(f"  ratio                    {r['batched_ratio']:8.3f}   (target <= 3)")
-        return 0
-    if args.what == "inference":
-        r = bench.bench_inference(d=args.d, num_envs=num_envs, seed=args.seed)
-        print(f"both inference wrappers, two targets, shared estimator, d={r['d']}:")
-        print(f"  single env: wrappers     {r['single_wrappers'] * 1e6:8.1f} us")
-        print(f"  one LowRankSGD round     {r['single_sgd'] * 1e6:8.1f} us")
-        print(f"  ratio                    {r['single_ratio']:8.3f}   (target <= 3)")
-        print(f"  vector env B={r['num_envs']}: wrappers {r['vector_wrappers'] * 1e3:8.2f} ms")
-        print(f"  numpy draw of contexts   {r['vector_draw'] * 1e3:8.2f} ms")
-        print(f"  ratio                    {r['vector_ratio']:8.3f}   (target <= 2)")
-        return 0
-    if args.what == "round":
-        r = bench.bench_study_round(d=args.d, num_envs=num_envs, seed=args.seed)
-        print(f"one online round of the table1 study, B={r['num_envs']}, d={r['d']}, 1 thread:")
-        print(f"  numpy draw of contexts   {r['draw'] * 1e3:8.2f} ms")
-        print(f"  beyond the draw: API     {r['api'] * 1e3:8.2f} ms  (act, wrapped step, update)")
-        print(f"  beyond the draw: core    {r['internals'] * 1e3:8.2f} ms  (internal entry points)")
-        return 0
-    raise AssertionError(args.what)
+        r = bench.bench_env(**kw)
+        lines = [
+            f"vector env, B={r['num_envs']}, d={r['d']}:",
+            _row("step", r["vector_step"] * 1e3, "ms"),
+            _row("numpy draw of contexts", r["vector_draw"] * 1e3, "ms"),
+            _row("ratio", r["vector_ratio"], note="(target <= 1.3)", digits=3),
+            f"single env (unwrapped), d={r['d']}:",
+            _row("step", r["single_step"] * 1e6, "us"),
+            _row("numpy draw of a context", r["single_draw"] * 1e6, "us"),
+            _row("added by step", r["single_added_us"], "us", "(target <= 15)"),
+        ]
+    elif args.what == "agents":
+        r = bench.bench_agents(**kw)
+        lines = [
+            f"LowRankSGD update, d={r['d_large']}, r=3 (single trial):",
+            _row("balanced r x r update", r["sgd_update"] * 1e3, "ms", digits=3),
+            _row("naive full-SVD (eq. 8)", r["naive_update"] * 1e3, "ms", digits=3),
+            _row("speed-up", r["sgd_speedup"], "x", "(target >= 50)", digits=1),
+            f"batched epsilon-greedy round (act + update), B={r['num_envs']}, d={args.d}:",
+            _row("agent", r["agent_round"] * 1e3, "ms"),
+            _row("numpy draw of contexts", r["draw"] * 1e3, "ms"),
+            _row("ratio", r["batched_ratio"], note="(target <= 3)", digits=3),
+        ]
+    elif args.what == "inference":
+        r = bench.bench_inference(**kw)
+        lines = [
+            f"both inference wrappers, two targets, shared estimator, d={r['d']}:",
+            _row("single env: wrappers", r["single_wrappers"] * 1e6, "us", digits=1),
+            _row("one LowRankSGD round", r["single_sgd"] * 1e6, "us", digits=1),
+            _row("ratio", r["single_ratio"], note="(target <= 3)", digits=3),
+            _row(f"vector env B={r['num_envs']}: wrappers", r["vector_wrappers"] * 1e3, "ms"),
+            _row("numpy draw of contexts", r["vector_draw"] * 1e3, "ms"),
+            _row("ratio", r["vector_ratio"], note="(target <= 2)", digits=3),
+        ]
+    elif args.what == "round":
+        r = bench.bench_study_round(**kw)
+        lines = [
+            f"one online round of the table1 study, B={r['num_envs']}, d={r['d']}, 1 thread:",
+            _row("numpy draw of contexts", r["draw"] * 1e3, "ms"),
+            _row("beyond the draw: API", r["api"] * 1e3, "ms", "(act, wrapped step, update)"),
+            _row("beyond the draw: core", r["internals"] * 1e3, "ms", "(internal entry points)"),
+        ]
+    else:
+        raise AssertionError(args.what)
+    print("\n".join(lines))
+    return 0
 
 
 def _reproduce(args: argparse.Namespace) -> int:

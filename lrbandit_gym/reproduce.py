@@ -243,27 +243,31 @@ def draw_baseline(
     n_trials: int,
     jobs: int,
     batch_size: int = 125,
-    sample: float = 0.05,
+    sample: float = 0.1,
+    repeats: int = 5,
 ) -> float:
     """Seconds to merely draw all the study's contexts with numpy on ``jobs`` processes.
 
     Every process draws a ``sample`` fraction of its share of the rounds (the run's batch
-    shape, float64 like the environment) and times its own loop, so starting the processes
-    is not counted; drawing is linear in the number of contexts, so the mean time scales
-    up to the whole study: its warm-start rounds and online rounds for every trial.
+    shape, float64 like the environment) in ``repeats`` timed loops, all processes at once,
+    so the cores are shared as in the run and starting the processes is not counted.  Each
+    process keeps its median loop (a burst of load from elsewhere on the machine moves a
+    single loop, not the median); drawing is linear in the number of contexts, so the mean
+    over processes scales up to the whole study: its warm-start rounds and online rounds for
+    every trial.
     """
     from agents import DEFAULT_WARM_START_ROUNDS
 
     warm = DEFAULT_WARM_START_ROUNDS if config.warm_start is None else config.warm_start
     rounds = warm + max(config.checkpoints)
-    per_job = max(1, int(rounds * sample))
+    per_loop = max(1, int(rounds * sample / repeats))
     batch = min(n_trials, batch_size)
-    jobs_list = [(batch, config.d1, config.d2, per_job)] * jobs
+    jobs_list = [(batch, config.d1, config.d2, per_loop, repeats)] * jobs
     if jobs > 1:
         seconds = process_map(jobs)(_draw_job, jobs_list)
     else:
         seconds = [_draw_job(j) for j in jobs_list]
-    per_context = float(np.mean(seconds)) / (per_job * batch)  # in one of `jobs` processes
+    per_context = float(np.mean(seconds)) / (per_loop * batch)  # in one of `jobs` processes
     return per_context * n_trials * rounds / jobs
 
 
@@ -294,13 +298,19 @@ def _phase_line(breakdown: dict) -> str:
 
 
 def _draw_job(job) -> float:
-    """Draw ``rounds`` batches of contexts; return the seconds the loop took."""
-    batch, d1, d2, rounds = job
+    """Draw ``rounds`` batches of contexts ``repeats`` times after one untimed loop (while
+    the other processes start); the median timed loop's seconds."""
+    batch, d1, d2, rounds, repeats = job
     rng = np.random.default_rng(0)
-    start = time.perf_counter()
     for _ in range(rounds):
         rng.standard_normal((batch, d1, d2))
-    return time.perf_counter() - start
+    loops = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(rounds):
+            rng.standard_normal((batch, d1, d2))
+        loops.append(time.perf_counter() - start)
+    return float(np.median(loops))
 
 
 def _summaries(study: str, config, result: dict) -> list[dict]:

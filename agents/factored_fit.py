@@ -12,12 +12,11 @@ problem has the same optimum.  Each sweep costs two passes over the data instead
 one pass per proximal-gradient iteration, and converges in a handful of sweeps from a
 spectral start, so it is the solver for large batches of trials (the Monte Carlo studies).
 
-Layout: a trial's contexts are processed as one ``(d1, n, d2)`` array, copied arm by arm
-into ``(d1, m_k, d2)`` blocks in which both products a sweep needs are one call over all
-of the arm's rounds: ``X V = (d1·m × d2)(d2 × r)`` as a GEMM and ``Uᵀ X = (r × d1)(d1 ×
-m·d2)`` as ``r`` GEMVs.
-:class:`agents.warm_start.WarmStartBuffer` stores its contexts in the ``(d1, n, d2)`` layout,
-so the copies read whole rows; other inputs are read through a transposed view.
+Layout: a trial's contexts are processed as one ``(d1, n, d2)`` array, in which both
+products a sweep needs are single GEMMs over all rounds and all arms at once,
+``X V = (d1·n × d2)(d2 × K r)`` and ``Uᵀ X = (K r × d1)(d1 × n·d2)``.
+:class:`agents.warm_start.WarmStartBuffer` stores its contexts in that layout, so no copy of
+the data is made; other inputs are transposed once per trial.
 """
 
 from __future__ import annotations
@@ -57,25 +56,14 @@ def _fit_trial(
     penalty: np.ndarray | None,
     penalised_sweeps: int,
     refit_sweeps: int,
-    scratch: np.ndarray,
 ) -> np.ndarray:
-    """One trial's fit from contexts ``X`` in ``(d1, n, d2)`` layout; returns (K, d1, d2).
-
-    ``scratch``: a flat buffer of ``X.size`` elements of ``X.dtype`` for the arms' copies
-    (reused across trials: fresh 10 MB copies cost page faults in every trial).
-    """
+    """One trial's fit from contexts ``X`` in ``(d1, n, d2)`` layout; returns (K, d1, d2)."""
     d1, n, d2 = X.shape
     K, r, dt = omega.shape[1], rank, X.dtype
     rows = [np.flatnonzero(actions == k) for k in range(K)]
     # Each arm's rounds as one (d1, m_k, d2) block: both products of a sweep are then one
-    # GEMM over the block, (d1·m × d2)(d2 × r) and r GEMVs (d1)(d1 × m·d2).
-    Xk = []
-    start = 0
-    for k in range(K):
-        block = scratch[start : start + d1 * len(rows[k]) * d2].reshape(d1, len(rows[k]), d2)
-        start += block.size
-        # mode="clip" (the indices are in range): with mode="raise", take() buffers `out`.
-        Xk.append(np.take(X, rows[k], axis=1, out=block, mode="clip"))
+    # GEMM over the block, (d1·m × d2)(d2 × r) and (r × d1)(d1 × m·d2).
+    Xk = [np.take(X, rows[k], axis=1) for k in range(K)]
     w = [omega[rows[k], k].astype(dt) for k in range(K)]
     yk = [y[rows[k]] for k in range(K)]
     m = [len(rk) for rk in rows]
@@ -109,10 +97,9 @@ def _fit_trial(
             for k in range(K)
         ]
         U = _ridge_solve(A, w, yk, lam).reshape(K, d1, r)
-        # V-step: features vec(X_tᵀ U_k), ordered (s, j): row s of U_kᵀ X is one GEMV
-        # (d1)(d1 × m·d2), which OpenBLAS runs faster than the GEMM with r (~3) rows.
+        # V-step: features vec(X_tᵀ U_k), ordered (s, j): (r × d1)(d1 × m·d2) -> (r, m, d2).
         A = [
-            np.stack([U[k][:, s].astype(dt) @ Xk[k].reshape(d1, -1) for s in range(r)])
+            (U[k].T.astype(dt) @ Xk[k].reshape(d1, -1))
             .reshape(r, m[k], d2)
             .transpose(0, 2, 1)
             .reshape(r * d2, m[k])
@@ -184,7 +171,6 @@ def factored_nuclear_norm_fit(
     if penalty is not None:
         lam = np.broadcast_to(np.asarray(penalty, dtype=float), (B, K))
     out = np.empty((B, K, d1, d2))
-    scratch = np.empty(n * d1 * d2, dtype=X.dtype)
     for b in range(B):
         out[b] = _fit_trial(
             X[b].transpose(1, 0, 2),
@@ -198,6 +184,5 @@ def factored_nuclear_norm_fit(
             None if lam is None else lam[b],
             penalised_sweeps,
             refit_sweeps,
-            scratch,
         )
     return out

@@ -238,6 +238,14 @@ def _local_map(jobs: int, stream):
     return map_fn
 
 
+def _study_rounds(config: StudyConfig | EnsembleStudyConfig) -> tuple[int, int]:
+    """``(warm-start rounds, online rounds)`` of one trial of ``config``."""
+    from agents import DEFAULT_WARM_START_ROUNDS
+
+    warm = DEFAULT_WARM_START_ROUNDS if config.warm_start is None else config.warm_start
+    return warm, max(config.checkpoints)
+
+
 def draw_baseline(
     config: StudyConfig | EnsembleStudyConfig,
     n_trials: int,
@@ -256,10 +264,7 @@ def draw_baseline(
     over processes scales up to the whole study: its warm-start rounds and online rounds for
     every trial.
     """
-    from agents import DEFAULT_WARM_START_ROUNDS
-
-    warm = DEFAULT_WARM_START_ROUNDS if config.warm_start is None else config.warm_start
-    rounds = warm + max(config.checkpoints)
+    rounds = sum(_study_rounds(config))
     per_loop = max(1, int(rounds * sample / repeats))
     batch = min(n_trials, batch_size)
     jobs_list = [(batch, config.d1, config.d2, per_loop, repeats)] * jobs
@@ -275,10 +280,7 @@ def _phase_breakdown(config: StudyConfig, phases: dict, draw_seconds: float) -> 
     """Each of :data:`lrbandit_gym.studies.PHASES` (process-seconds summed over chunks)
     beside the seconds that drawing its rounds' contexts takes (``draw_seconds``, the draw
     baseline for all rounds in process-seconds, shared out by rounds)."""
-    from agents import DEFAULT_WARM_START_ROUNDS
-
-    warm = DEFAULT_WARM_START_ROUNDS if config.warm_start is None else config.warm_start
-    online = max(config.checkpoints)
+    warm, online = _study_rounds(config)
     share = {"warm_start_rounds": warm, "warm_start_fit": 0, "online_rounds": online}
     return {
         name: {"seconds": float(sec), "draw_seconds": draw_seconds * share[name] / (warm + online)}

@@ -210,15 +210,13 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
         next_obs, reward, _, _, info = env.step(decision)
         if explore is not None and was_online:
             explore.update(u, v, obs, decision.action, reward, agent.last_explored, eps)
-        if not was_online:
-            before = time.perf_counter()
-            agent.update(obs, decision, reward)
-            if not agent.in_warm_start:  # this update fitted M_init
-                marks[1:3] = before, time.perf_counter()
-            obs = next_obs
-            continue
+        before = time.perf_counter()
         agent.update(obs, decision, reward)
         obs = next_obs
+        if not was_online:
+            if not agent.in_warm_start:  # this update fitted M_init
+                marks[1:3] = before, time.perf_counter()
+            continue
         online += 1
         out["regret"] += info["regret"]
         if online not in checkpoints:

@@ -38,6 +38,7 @@ from agents._validation import (
     check_propensities,
     check_rewards,
 )
+from lrbandit_gym import engine
 
 __all__ = ["LowRankSGD"]
 
@@ -498,6 +499,8 @@ class LowRankSGD:
         else:
             coef = self.step_size(self._counts[self._trials, a] + 1) * self.c
         U, V, XV, XtU = self._pulled(Xb, a, fp)  # not modified in place below
+        if engine.compiled():
+            return self._step_compiled(a, y, coef, XV, XtU)
         res = y - np.matmul(XV.reshape(len(y), 1, -1), U.reshape(len(y), -1, 1))[:, 0, 0]
         step = (coef * res)[:, None, None]
         U_bal, V_bal, sv = _balance(U + step * XV, V + step * XtU)
@@ -518,6 +521,44 @@ class LowRankSGD:
         self._version += 1
         self._products = None
         self._arm_version[self._trials, a] += 1
+        return res
+
+    def _step_compiled(self, a, y, coef, XV, XtU) -> np.ndarray:
+        """The rest of :meth:`_step` by the numba kernels (:mod:`agents._kernels`): the same
+        arithmetic, one loop over trials; pairs the kernel flags as nearly rank-deficient are
+        balanced by :func:`_balance`, as the numpy engine would."""
+        from agents import _kernels
+
+        B, r = len(a), self.rank
+        a = np.ascontiguousarray(a, dtype=np.int64)
+        U_new = np.empty((B, self.d1, r))
+        V_new = np.empty((B, self.d2, r))
+        sv_new = np.empty((B, r))
+        res = np.empty(B)
+        status = np.empty(B, dtype=np.int8)
+        coef = np.broadcast_to(np.asarray(coef, dtype=np.float64), (B,))
+        _kernels.sgd_step(self._U, self._V, a, y, coef, XV, XtU, U_new, V_new, sv_new, res, status)
+        if status.any():
+            if (status == _kernels.NONFINITE).any():
+                raise FloatingPointError(_DIVERGED)
+            weak = status == _kernels.WEAK
+            U_new[weak], V_new[weak], sv_new[weak] = _balance(U_new[weak], V_new[weak])
+        # ---- nothing below raises: the state changes only now ------------------------
+        _kernels.write_pulled(
+            self._U,
+            self._V,
+            self._sv,
+            self._V_cat,
+            self._counts,
+            self._arm_version,
+            a,
+            U_new,
+            V_new,
+            sv_new,
+        )
+        self._t += 1
+        self._version += 1
+        self._products = None
         return res
 
     # ------------------------------------------------------------------ shared products
@@ -605,7 +646,14 @@ class LowRankSGD:
     def _predict(self, Xb: np.ndarray, fp: np.ndarray | None = None) -> np.ndarray:
         """:meth:`predict` on a validated (B, d1, d2) stack (``fp``: its fingerprint, if
         known); returns (B, K)."""
-        return np.einsum("bikr,bkir->bk", self._all_arm_products(Xb, fp), self._U)
+        XV = self._all_arm_products(Xb, fp)
+        if engine.compiled():
+            from agents import _kernels
+
+            preds = np.empty((XV.shape[0], self.n_actions))
+            _kernels.predictions(XV, self._U, preds)
+            return preds
+        return np.einsum("bikr,bkir->bk", XV, self._U)
 
     @property
     def estimates(self) -> np.ndarray:

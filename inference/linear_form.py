@@ -60,6 +60,7 @@ from inference.results import (
     trials_phrase,
     warn_insufficient,
 )
+from lrbandit_gym import engine
 
 __all__ = ["LinearFormInference"]
 
@@ -340,6 +341,9 @@ class _DebiasedLinearForm:
         ``weight[b]`` is the inverse-propensity weight of the pulled arm ``action[b]``;
         0 keeps the round out of the correction, ``sigma^2`` and ``S^2`` sums.
         """
+        if balanced and products is not None and engine.compiled():
+            self._absorb_compiled(changes, Ua, Va, X, action, reward, weight, products)
+            return
         B, K, D = self._B, self.n_actions, self.d1 * self.d2
         trials = np.arange(B)
         self._hold(*changes)
@@ -380,6 +384,57 @@ class _DebiasedLinearForm:
             acc = self._acc.reshape(B * K, D)
             _add_rows(acc, trials * K + action, X.reshape(B, D), cw * res)
         self._pulls[trials, action] += weight > 0
+        self._n += 1
+        self._cache.clear()
+
+    def _absorb_compiled(self, changes, Ua, Va, X, action, reward, weight, products) -> None:
+        """:meth:`_absorb_parts` for balanced factors by the numba kernels
+        (:mod:`inference._kernels`): the same arithmetic, one loop over trials."""
+        from inference import _kernels
+
+        bi, ki, U_new, V_new = changes
+        if bi.size > 1 and (np.diff(bi) < 0).any():  # the kernel walks the changes by trial
+            order = np.argsort(bi, kind="stable")
+            bi, ki, U_new, V_new = bi[order], ki[order], U_new[order], V_new[order]
+        XV, XtU, sq = products
+        queued = _kernels.absorb_round(
+            bi,
+            ki,
+            U_new,
+            V_new,
+            self._held,
+            self._last_U,
+            self._last_V,
+            self._ring_U,
+            self._ring_V,
+            self._ring_n,
+            Ua,
+            Va,
+            XV,
+            XtU,
+            sq,
+            X.reshape(self._B, -1),
+            action,
+            reward,
+            weight,
+            self.c,
+            self._kappa,
+            self._x_rows,
+            self._y_rows,
+            self._Xs_sub,
+            self._Ys_sub,
+            self._Sw,
+            self.ablation != "no_debias",
+            self._sigma_sum,
+            self._S2_sum,
+            self._acc,
+            self._pulls,
+        )
+        self._initialized = True
+        if queued:
+            self._ring_n += 1
+            if self._ring_n == _RING:
+                self._flush_ring()
         self._n += 1
         self._cache.clear()
 

@@ -22,7 +22,16 @@ def _row(label: str, value: float, unit: str = "", note: str = "", digits: int =
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from lrbandit_gym import bench
+    from lrbandit_gym import engine
+
+    if args.engine is not None:
+        with engine.use(args.engine):
+            return _run_bench(args)
+    return _run_bench(args)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from lrbandit_gym import bench, engine
 
     num_envs = args.num_envs
     if num_envs is None:
@@ -66,7 +75,8 @@ def _bench(args: argparse.Namespace) -> int:
     elif args.what == "round":
         r = bench.bench_study_round(**kw)
         lines = [
-            f"one online round of the table1 study, B={r['num_envs']}, d={r['d']}, 1 thread:",
+            f"one online round of the table1 study, B={r['num_envs']}, d={r['d']}, 1 thread, "
+            f"engine {engine.active_engine()}:",
             _row("numpy draw of contexts", r["draw"] * 1e3, "ms"),
             _row("beyond the draw: API", r["api"] * 1e3, "ms", "(act, wrapped step, update)"),
             _row("beyond the draw: core", r["internals"] * 1e3, "ms", "(internal entry points)"),
@@ -93,6 +103,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         compare_projection=args.compare_projection,
         ranks=None if args.ranks is None else tuple(args.ranks),
         warm_start=args.warm_start,
+        kernels=args.engine,
     )
     return 0
 
@@ -157,6 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="uniform rounds before inference (default 2000; ensemble 300)",
     )
+    rep.add_argument(
+        "--engine",
+        choices=["auto", "numpy", "numba"],
+        default=None,
+        help="per-round arithmetic: numba kernels (fast extra) or numpy (default auto: "
+        "numba when installed); same numbers up to rounding",
+    )
     rep.set_defaults(func=_reproduce)
 
     fig = sub.add_parser(
@@ -173,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--num-envs", type=int, default=None, help="batch size (default 1000; 125 for round)"
     )
     bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument(
+        "--engine", choices=["auto", "numpy", "numba"], default=None, help="default auto"
+    )
     bench.set_defaults(func=_bench)
     return parser
 

@@ -47,6 +47,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lrbandit_gym import engine
+
 __all__ = [
     "EnsembleMeanPredictor",
     "EnsembleStudyConfig",
@@ -319,7 +321,10 @@ def _run_chunk(config: EnsembleStudyConfig, n_trials: int, seed) -> dict[str, np
 
 
 def _run_job(job):
-    return run_ensemble_chunk(*job)
+    """A chunk for ``map_fn``: ``(config, n_trials, seed, engine)``, run with that engine."""
+    *args, kernels = job
+    with engine.use(kernels):
+        return run_ensemble_chunk(*args)
 
 
 def run_ensemble_study(
@@ -351,7 +356,8 @@ def run_ensemble_study(
     if n_trials % batch_size:
         sizes.append(n_trials % batch_size)
     seeds = np.random.SeedSequence(seed).spawn(len(sizes))
-    jobs = [(config, size, s) for size, s in zip(sizes, seeds, strict=True)]
+    kernels = engine.active_engine()  # workers (Ray's too) run the caller's engine
+    jobs = [(config, size, s, kernels) for size, s in zip(sizes, seeds, strict=True)]
     if map_fn is None:
         chunks = []
         for i, job in enumerate(jobs):

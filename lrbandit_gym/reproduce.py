@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lrbandit_gym import engine
 from lrbandit_gym.ensemble_study import EnsembleStudyConfig, run_ensemble_study
 from lrbandit_gym.studies import (
     StudyConfig,
@@ -469,6 +470,7 @@ def reproduce(
     compare_projection: bool = False,
     ranks: tuple[int, ...] | None = None,
     warm_start: int | None = None,
+    kernels: str | None = None,
     stream=None,
 ) -> dict:
     """Run one study and write its outputs into ``out``.
@@ -498,6 +500,9 @@ def reproduce(
         Uniformly random rounds before inference starts (the paper does not give this
         size): default 2000 (:data:`agents.DEFAULT_WARM_START_ROUNDS`), 300 for
         ``ensemble``.  2000 suits r = 3 at d = 50; r = 7 needs about 4000 (see README).
+    kernels : {"auto", "numpy", "numba"}, optional
+        The engine of :mod:`lrbandit_gym.engine` (default: the current choice, "auto"
+        unless set); recorded in the JSON.  Both give the same numbers up to rounding.
 
     Returns
     -------
@@ -505,6 +510,23 @@ def reproduce(
         What ``{study}.json`` holds.
     """
     stream = sys.stdout if stream is None else stream
+    if kernels is not None:
+        with engine.use(kernels):
+            return reproduce(
+                study,
+                trials=trials,
+                n=n,
+                seed=seed,
+                out=out,
+                jobs=jobs,
+                backend=backend,
+                batch_size=batch_size,
+                figures=figures,
+                compare_projection=compare_projection,
+                ranks=ranks,
+                warm_start=warm_start,
+                stream=stream,
+            )
     if study not in STUDIES:
         raise ValueError(f"study must be one of {STUDIES}; got {study!r}")
     default_trials, default_n = STUDY_DEFAULTS[study]
@@ -546,7 +568,7 @@ def reproduce(
     for label, config in configs.items():
         print(
             f"{study} {label}: {trials} trials, n = {list(config.checkpoints)}, "
-            f"{jobs} job(s), backend {backend}",
+            f"{jobs} job(s), backend {backend}, engine {engine.active_engine()}",
             file=stream,
         )
         phases: dict = {}
@@ -586,6 +608,7 @@ def reproduce(
         "seed": seed,
         "jobs": jobs,
         "backend": backend,
+        "engine": engine.active_engine(),
         "batch_size": batch_size,
         "compare_projection": compare_projection,
         "ranks": None if ranks is None else list(ranks),
@@ -625,8 +648,17 @@ def _versions() -> dict:
         "scipy": scipy.__version__,
         "gymnasium": gymnasium.__version__,
         "lrbandit_gym": lrbandit_gym.__version__,
+        "numba": _numba_version(),
         "platform": platform.platform(),
     }
+
+
+def _numba_version() -> str | None:
+    if not engine.numba_available():
+        return None
+    import numba
+
+    return numba.__version__
 
 
 def _print_table(study, rows, stream) -> None:

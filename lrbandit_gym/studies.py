@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
+from lrbandit_gym import engine
+
 __all__ = [
     "StudyConfig",
     "make_study_env",
@@ -281,7 +283,8 @@ def run_study(
     if n_trials % batch_size:
         sizes.append(n_trials % batch_size)
     seeds = np.random.SeedSequence(seed).spawn(len(sizes))
-    jobs = [(config, size, s) for size, s in zip(sizes, seeds, strict=True)]
+    kernels = engine.active_engine()  # workers (Ray's too) run the caller's engine
+    jobs = [(config, size, s, kernels) for size, s in zip(sizes, seeds, strict=True)]
     if map_fn is None:
         from agents.warm_start import reuse_buffer_memory
 
@@ -289,7 +292,7 @@ def run_study(
         previous = reuse_buffer_memory(True)  # one warm-start buffer for all chunks
         try:
             for i, job in enumerate(jobs):
-                chunks.append(run_chunk(*job))
+                chunks.append(_run_job(job))
                 if progress is not None:
                     progress(i + 1, len(jobs))
         finally:
@@ -304,9 +307,12 @@ def run_study(
 
 
 def _run_job(job):
-    """A chunk for ``map_fn`` (the process pools' initializer, :func:`_single_threaded_blas`,
-    makes their workers keep one warm-start buffer for all their chunks)."""
-    return run_chunk(*job)
+    """A chunk for ``map_fn``: ``(config, n_trials, seed, engine)``, run with that engine
+    (the process pools' initializer, :func:`_single_threaded_blas`, makes their workers keep
+    one warm-start buffer for all their chunks)."""
+    *args, kernels = job
+    with engine.use(kernels):
+        return run_chunk(*args)
 
 
 def _single_threaded_blas() -> None:

@@ -1,0 +1,273 @@
+"""Compiled (numba) kernels of :class:`agents.estimator.LowRankSGD`'s step (engine "numba").
+
+One loop over trials runs what the numpy engine does with stacked calls
+(:meth:`LowRankSGD._step`, :func:`agents.estimator._balance`): the residual, the weighted
+SGD step of Algorithm 1 and the balancing of Lemma 2.1 by an ``r x r`` Cholesky factor and
+a cyclic Jacobi eigendecomposition, then the write-back of the pulled arms.  Pairs that the
+numpy engine balances by its eigendecomposition route (nearly rank-deficient factors) are
+flagged and left to it, so both engines treat them alike.  Imported only when numba runs
+(:mod:`lrbandit_gym.engine`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# The thresholds of agents.estimator._balance (duplicated there as module constants).
+_TINY = np.finfo(np.float64).tiny
+_CHOL_FLOOR = 1e-15
+_WEAK_FLOOR = 1e-20
+_JACOBI_SWEEPS = 60
+
+OK, WEAK, NONFINITE = 0, 1, 2  # per-trial status of sgd_step
+
+
+@njit(cache=True)
+def symmetric_eigen(S, Q, lam):
+    """Eigendecomposition of the symmetric ``S`` (r x r, overwritten) by cyclic Jacobi
+    rotations: ``S = Q diag(lam) Q^T`` with eigenvalues in no particular order."""
+    r = S.shape[0]
+    for i in range(r):
+        for j in range(r):
+            Q[i, j] = 1.0 if i == j else 0.0
+    for _ in range(_JACOBI_SWEEPS):
+        off = 0.0
+        diag = 0.0
+        for i in range(r):
+            diag += S[i, i] * S[i, i]
+            for j in range(i + 1, r):
+                off += S[i, j] * S[i, j]
+        if not off > 1e-30 * diag:
+            break
+        for p in range(r - 1):
+            for q in range(p + 1, r):
+                apq = S[p, q]
+                if apq == 0.0:
+                    continue
+                theta = (S[q, q] - S[p, p]) / (2.0 * apq)
+                t = 1.0 / (abs(theta) + np.sqrt(theta * theta + 1.0))
+                if theta < 0.0:
+                    t = -t
+                c = 1.0 / np.sqrt(t * t + 1.0)
+                s = t * c
+                for k in range(r):
+                    skp = S[k, p]
+                    skq = S[k, q]
+                    S[k, p] = c * skp - s * skq
+                    S[k, q] = s * skp + c * skq
+                for k in range(r):
+                    spk = S[p, k]
+                    sqk = S[q, k]
+                    S[p, k] = c * spk - s * sqk
+                    S[q, k] = s * spk + c * sqk
+                S[p, q] = 0.0  # annihilated (what remains of it is rounding)
+                S[q, p] = 0.0
+                for k in range(r):
+                    qkp = Q[k, p]
+                    qkq = Q[k, q]
+                    Q[k, p] = c * qkp - s * qkq
+                    Q[k, q] = s * qkp + c * qkq
+    for i in range(r):
+        lam[i] = S[i, i]
+
+
+@njit(cache=True)
+def _gram(F, G):
+    """``G = F^T F`` for one factor ``F`` (d, r)."""
+    d, r = F.shape
+    for i in range(r):
+        for j in range(r):
+            G[i, j] = 0.0
+    for k in range(d):
+        for i in range(r):
+            f = F[k, i]
+            for j in range(i, r):
+                G[i, j] += f * F[k, j]
+    for i in range(r):
+        for j in range(i):
+            G[i, j] = G[j, i]
+
+
+@njit(cache=True)
+def _apply(F, T, row):
+    """``F <- F T`` in place, one row at a time (``row``: scratch of length r)."""
+    d, r = F.shape
+    for k in range(d):
+        for j in range(r):
+            row[j] = F[k, j]
+        for j in range(r):
+            s = 0.0
+            for i in range(r):
+                s += row[i] * T[i, j]
+            F[k, j] = s
+
+
+@njit(cache=True)
+def balance_pair(U, V, sv, work):
+    """Balance one pair in place (see :func:`agents.estimator._balance`); returns the status.
+
+    ``U`` (d1, r), ``V`` (d2, r), ``sv`` (r,) receives the singular values (decreasing);
+    ``work`` is scratch of shape (10, r, r).  With status ``WEAK`` or ``NONFINITE`` the
+    pair is left as it was.
+    """
+    r = U.shape[1]
+    Gu, Gv, L, Li, S, Q, TU, TV, tmp = (
+        work[0],
+        work[1],
+        work[2],
+        work[3],
+        work[4],
+        work[5],
+        work[6],
+        work[7],
+        work[8],
+    )
+    lam = work[9, 0]
+    row = work[9, 1]
+    _gram(U, Gu)
+    _gram(V, Gv)
+    for i in range(r):
+        for j in range(r):
+            if not (np.isfinite(Gu[i, j]) and np.isfinite(Gv[i, j])):
+                return NONFINITE
+    scale = 0.0
+    for i in range(r):
+        scale = max(scale, Gu[i, i])
+    jitter = _TINY + _CHOL_FLOOR * scale
+    min_pivot = np.inf
+    for j in range(r):  # Cholesky of Gu + jitter I (lower)
+        s = Gu[j, j] + jitter
+        for k in range(j):
+            s -= L[j, k] * L[j, k]
+        if not s > 0.0:
+            return WEAK
+        min_pivot = min(min_pivot, s)
+        L[j, j] = np.sqrt(s)
+        for i in range(j + 1, r):
+            s2 = Gu[i, j]
+            for k in range(j):
+                s2 -= L[i, k] * L[j, k]
+            L[i, j] = s2 / L[j, j]
+        for i in range(j):
+            L[i, j] = 0.0
+    if min_pivot <= 1e3 * _CHOL_FLOOR * scale:
+        return WEAK
+    for i in range(r):  # S = L^T Gv L
+        for j in range(r):
+            s = 0.0
+            for k in range(r):
+                s += Gv[i, k] * L[k, j]
+            tmp[i, j] = s
+    for i in range(r):
+        for j in range(r):
+            s = 0.0
+            for k in range(r):
+                s += L[k, i] * tmp[k, j]
+            S[i, j] = s
+            if not np.isfinite(s):
+                return WEAK
+    symmetric_eigen(S, Q, lam)
+    for i in range(r):  # sort decreasing: selection sort of the columns of Q
+        best = i
+        for j in range(i + 1, r):
+            if lam[j] > lam[best]:
+                best = j
+        if best != i:
+            lam[i], lam[best] = lam[best], lam[i]
+            for k in range(r):
+                Q[k, i], Q[k, best] = Q[k, best], Q[k, i]
+    if not lam[r - 1] > _WEAK_FLOOR * lam[0]:
+        return WEAK
+    for j in range(r):  # Li = L^{-1}, lower triangular
+        for i in range(r):
+            Li[i, j] = 0.0
+        Li[j, j] = 1.0 / L[j, j]
+        for i in range(j + 1, r):
+            s = 0.0
+            for k in range(j, i):
+                s -= L[i, k] * Li[k, j]
+            Li[i, j] = s / L[i, i]
+    for j in range(r):  # T_U = L^{-T} Q lam^{1/4}, T_V = L Q lam^{-1/4}
+        root4 = np.sqrt(np.sqrt(lam[j]))
+        for i in range(r):
+            s1 = 0.0
+            s2 = 0.0
+            for k in range(r):
+                s1 += Li[k, i] * Q[k, j]
+                s2 += L[i, k] * Q[k, j]
+            TU[i, j] = s1 * root4
+            TV[i, j] = s2 / root4
+        sv[j] = np.sqrt(lam[j])
+    _apply(U, TU, row)
+    _apply(V, TV, row)
+    return OK
+
+
+@njit(cache=True)
+def sgd_step(U, V, a, y, coef, XV, XtU, U_new, V_new, sv_new, res, status):
+    """Algorithm 1's step for every trial, into new arrays (the state is not touched).
+
+    ``U`` (B, K, d1, r), ``V`` (B, K, d2, r): the stored factors; ``a``, ``y``, ``coef``
+    (B,): pulled arm, reward and ``eta_t c / pi_t(a_t)``; ``XV`` (B, d1, r), ``XtU``
+    (B, d2, r): the products for the pulled arm.  Fills ``res`` with the residuals,
+    ``U_new``/``V_new``/``sv_new`` with the balanced stepped factors and ``status`` per
+    trial (``WEAK``: ``U_new``, ``V_new`` hold the stepped factors, not balanced).
+    """
+    B, _, d1, r = U.shape
+    d2 = V.shape[2]
+    n1 = d1 * r
+    n2 = d2 * r
+    work = np.empty((10, r, r))
+    for b in range(B):
+        k = a[b]
+        Uf = U[b, k].reshape(n1)
+        Vf = V[b, k].reshape(n2)
+        xv = XV[b].reshape(n1)
+        xtu = XtU[b].reshape(n2)
+        un = U_new[b].reshape(n1)
+        vn = V_new[b].reshape(n2)
+        pred = 0.0
+        for i in range(n1):
+            pred += xv[i] * Uf[i]
+        res[b] = y[b] - pred
+        step = coef[b] * res[b]
+        for i in range(n1):
+            un[i] = Uf[i] + step * xv[i]
+        for i in range(n2):
+            vn[i] = Vf[i] + step * xtu[i]
+        status[b] = balance_pair(U_new[b], V_new[b], sv_new[b], work)
+
+
+@njit(cache=True)
+def write_pulled(U, V, sv, V_cat, counts, versions, a, U_new, V_new, sv_new):
+    """Store the pulled arms' new factors (the scatter of :meth:`LowRankSGD._step`)."""
+    B, _, d1, r = U.shape
+    d2 = V.shape[2]
+    for b in range(B):
+        k = a[b]
+        for i in range(d1):
+            for j in range(r):
+                U[b, k, i, j] = U_new[b, i, j]
+        for i in range(d2):
+            for j in range(r):
+                V[b, k, i, j] = V_new[b, i, j]
+                V_cat[b, i, k, j] = V_new[b, i, j]
+        for j in range(r):
+            sv[b, k, j] = sv_new[b, j]
+        counts[b, k] += 1
+        versions[b, k] += 1
+
+
+@njit(cache=True)
+def predictions(XV, U, preds):
+    """``preds[b, k] = <U_k, X V_k>`` from ``XV`` (B, d1, K, r) and ``U`` (B, K, d1, r): the
+    predicted rewards ``<U_k V_k^T, X>`` of :meth:`LowRankSGD.predict`."""
+    B, d1, K, r = XV.shape
+    for b in range(B):
+        for k in range(K):
+            p = 0.0
+            for i in range(d1):
+                for s in range(r):
+                    p += XV[b, i, k, s] * U[b, k, i, s]
+            preds[b, k] = p

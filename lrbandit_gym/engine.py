@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import warnings
 from collections.abc import Iterator
 
 __all__ = ["ENGINES", "active_engine", "get_engine", "numba_available", "set_engine", "use"]
@@ -31,9 +32,33 @@ __all__ = ["ENGINES", "active_engine", "get_engine", "numba_available", "set_eng
 ENGINES = ("auto", "numpy", "numba")
 
 
+_numba_ok: bool | None = None  # cached result of numba_available()
+
+
 def numba_available() -> bool:
-    """Whether numba can be imported (the ``fast`` extra is installed)."""
-    return importlib.util.find_spec("numba") is not None
+    """Whether numba can be imported (the ``fast`` extra is installed and works).
+
+    A numba that is installed but fails to import (say, built for another numpy) counts as
+    unavailable, with a warning that says why.
+    """
+    global _numba_ok
+    if _numba_ok is None:
+        if importlib.util.find_spec("numba") is None:
+            _numba_ok = False
+        else:
+            try:
+                import numba  # noqa: F401
+            except Exception as exc:  # ImportError, or an incompatible numpy
+                warnings.warn(
+                    f"numba is installed but cannot be imported ({exc}); the numpy engine "
+                    "runs instead",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                _numba_ok = False
+            else:
+                _numba_ok = True
+    return _numba_ok
 
 
 def _check(name: str) -> str:

@@ -30,6 +30,20 @@ def test_numba_requested_without_numba_is_an_error(monkeypatch):
         assert engine.active_engine() == "numpy"  # auto: numpy when numba is missing
 
 
+def test_broken_numba_warns_and_auto_runs_numpy(monkeypatch):
+    import sys
+
+    monkeypatch.setattr(engine, "_numba_ok", None)
+    monkeypatch.setitem(sys.modules, "numba", None)  # "import numba" raises ImportError
+    monkeypatch.setattr(engine.importlib.util, "find_spec", lambda name: object())
+    with pytest.warns(RuntimeWarning, match="cannot be imported"):
+        assert not engine.numba_available()
+    with engine.use("auto"):
+        assert engine.active_engine() == "numpy"
+    with pytest.raises(ImportError, match="needs numba"):
+        engine.set_engine("numba")
+
+
 # --------------------------------------------------------------------------- agreement
 def _run_estimator(name, M_init, X, A, Y, P, **kwargs):
     from agents import LowRankSGD

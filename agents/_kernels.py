@@ -24,6 +24,16 @@ OK, WEAK, NONFINITE = 0, 1, 2  # per-trial status of sgd_step
 
 
 @njit(cache=True)
+def _rotate_columns(M, p, q, c, s):
+    """Columns ``p``, ``q`` of ``M`` <- their plane rotation by ``(c, s)``, in place."""
+    for k in range(M.shape[0]):
+        mkp = M[k, p]
+        mkq = M[k, q]
+        M[k, p] = c * mkp - s * mkq
+        M[k, q] = s * mkp + c * mkq
+
+
+@njit(cache=True)
 def symmetric_eigen(S, Q, lam):
     """Eigendecomposition of the symmetric ``S`` (r x r, overwritten) by cyclic Jacobi
     rotations: ``S = Q diag(lam) Q^T`` with eigenvalues in no particular order."""
@@ -51,23 +61,11 @@ def symmetric_eigen(S, Q, lam):
                     t = -t
                 c = 1.0 / np.sqrt(t * t + 1.0)
                 s = t * c
-                for k in range(r):
-                    skp = S[k, p]
-                    skq = S[k, q]
-                    S[k, p] = c * skp - s * skq
-                    S[k, q] = s * skp + c * skq
-                for k in range(r):
-                    spk = S[p, k]
-                    sqk = S[q, k]
-                    S[p, k] = c * spk - s * sqk
-                    S[q, k] = s * spk + c * sqk
+                _rotate_columns(S, p, q, c, s)  # S <- J^T S J
+                _rotate_columns(S.T, p, q, c, s)
                 S[p, q] = 0.0  # annihilated (what remains of it is rounding)
                 S[q, p] = 0.0
-                for k in range(r):
-                    qkp = Q[k, p]
-                    qkq = Q[k, q]
-                    Q[k, p] = c * qkp - s * qkq
-                    Q[k, q] = s * qkp + c * qkq
+                _rotate_columns(Q, p, q, c, s)  # Q <- Q J
     for i in range(r):
         lam[i] = S[i, i]
 
@@ -242,19 +240,12 @@ def sgd_step(U, V, a, y, coef, XV, XtU, U_new, V_new, sv_new, res, status):
 @njit(cache=True)
 def write_pulled(U, V, sv, V_cat, counts, versions, a, U_new, V_new, sv_new):
     """Store the pulled arms' new factors (the scatter of :meth:`LowRankSGD._step`)."""
-    B, _, d1, r = U.shape
-    d2 = V.shape[2]
-    for b in range(B):
+    for b in range(U.shape[0]):
         k = a[b]
-        for i in range(d1):
-            for j in range(r):
-                U[b, k, i, j] = U_new[b, i, j]
-        for i in range(d2):
-            for j in range(r):
-                V[b, k, i, j] = V_new[b, i, j]
-                V_cat[b, i, k, j] = V_new[b, i, j]
-        for j in range(r):
-            sv[b, k, j] = sv_new[b, j]
+        U[b, k] = U_new[b]
+        V[b, k] = V_new[b]
+        V_cat[b, :, k] = V_new[b]
+        sv[b, k] = sv_new[b]
         counts[b, k] += 1
         versions[b, k] += 1
 

@@ -37,12 +37,8 @@ def _hold_trial(b, j, bi, ki, U_new, V_new, held, last_U, last_V, ring_U, ring_V
                     ring_U[b, k, slot, s, i] = last_U[b, k, i, s] * h
                 for i in range(d2):
                     ring_V[b, k, slot, s, i] = last_V[b, k, i, s]
-        for i in range(d1):
-            for s in range(r):
-                last_U[b, k, i, s] = U_new[j, i, s]
-        for i in range(d2):
-            for s in range(r):
-                last_V[b, k, i, s] = V_new[j, i, s]
+        last_U[b, k] = U_new[j]
+        last_V[b, k] = V_new[j]
         held[b, k] = 0
         j += 1
     for k in range(K):

@@ -103,7 +103,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         compare_projection=args.compare_projection,
         ranks=None if args.ranks is None else tuple(args.ranks),
         warm_start=args.warm_start,
-        kernels=args.engine,
+        engine=args.engine,
     )
     return 0
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lrbandit_gym import engine
+from lrbandit_gym import engine as engines
 from lrbandit_gym.ensemble_study import EnsembleStudyConfig, run_ensemble_study
 from lrbandit_gym.studies import (
     StudyConfig,
@@ -472,7 +472,7 @@ def reproduce(
     compare_projection: bool = False,
     ranks: tuple[int, ...] | None = None,
     warm_start: int | None = None,
-    kernels: str | None = None,
+    engine: str | None = None,
     stream=None,
 ) -> dict:
     """Run one study and write its outputs into ``out``.
@@ -502,7 +502,7 @@ def reproduce(
         Uniformly random rounds before inference starts (the paper does not give this
         size): default 2000 (:data:`agents.DEFAULT_WARM_START_ROUNDS`), 300 for
         ``ensemble``.  2000 suits r = 3 at d = 50; r = 7 needs about 4000 (see README).
-    kernels : {"auto", "numpy", "numba"}, optional
+    engine : {"auto", "numpy", "numba"}, optional
         The engine of :mod:`lrbandit_gym.engine` (default: the current choice, "auto"
         unless set); recorded in the JSON.  Both give the same numbers up to rounding.
 
@@ -512,8 +512,8 @@ def reproduce(
         What ``{study}.json`` holds.
     """
     stream = sys.stdout if stream is None else stream
-    if kernels is not None:
-        with engine.use(kernels):
+    if engine is not None:
+        with engines.use(engine):
             return reproduce(
                 study,
                 trials=trials,
@@ -570,7 +570,7 @@ def reproduce(
     for label, config in configs.items():
         print(
             f"{study} {label}: {trials} trials, n = {list(config.checkpoints)}, "
-            f"{jobs} job(s), backend {backend}, engine {engine.active_engine()}",
+            f"{jobs} job(s), backend {backend}, engine {engines.active_engine()}",
             file=stream,
         )
         phases: dict = {}
@@ -617,7 +617,7 @@ def reproduce(
         "seed": seed,
         "jobs": jobs,
         "backend": backend,
-        "engine": engine.active_engine(),
+        "engine": engines.active_engine(),
         "batch_size": batch_size,
         "compare_projection": compare_projection,
         "ranks": None if ranks is None else list(ranks),
@@ -663,7 +663,7 @@ def _versions() -> dict:
 
 
 def _numba_version() -> str | None:
-    if not engine.numba_available():
+    if not engines.numba_available():
         return None
     import numba
 

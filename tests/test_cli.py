@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from lrbandit_gym import engine
 from lrbandit_gym.cli import main
 from lrbandit_gym.reproduce import reproduce
 from lrbandit_gym.studies import StudyConfig, run_study
@@ -26,7 +27,10 @@ def test_reproduce_writes_csv_json_with_configuration(tmp_path, capsys):
     assert {r["method"] for r in data["rows"]} == {"ours", "exploration_only"}
     assert {r["n"] for r in data["rows"]} == {40, 80}
     assert (tmp_path / "table3.csv").read_text().startswith("study,setting,method")
-    assert meta["timing"]["r=3"]["draw_baseline_seconds"] > 0
+    timing = meta["timing"]["r=3"]
+    before, after = timing["draw_baseline_before_after"]
+    assert before > 0 and after > 0 and timing["draw_baseline_seconds"] == (before + after) / 2
+    assert data["engine"] == engine.active_engine()
     assert "exploration_only" in capsys.readouterr().out
     assert (tmp_path / "table3.npz").is_file()
     if importlib.util.find_spec("matplotlib") is not None:
@@ -74,6 +78,24 @@ def test_study_times_its_phases_apart_from_its_results(tmp_path):
     # jobs = 1: the phases' draw shares add up to the baseline, split 300 : 0 : 30.
     shares = [phases[p]["draw_seconds"] for p in PHASES]
     np.testing.assert_allclose(shares, np.array([300, 0, 30]) / 330 * draw)
+
+
+def test_reproduce_runs_and_records_the_engine_asked_for(tmp_path, capsys):
+    previous = engine.get_engine()
+    meta = reproduce(
+        "table1",
+        trials=2,
+        n=(20,),
+        out=tmp_path,
+        jobs=1,
+        figures=False,
+        warm_start=300,
+        engine="numpy",
+    )
+    assert meta["engine"] == "numpy" and "engine numpy" in capsys.readouterr().out
+    assert engine.get_engine() == previous  # restored afterwards
+    with pytest.raises(ValueError, match="'gpu'"):
+        reproduce("table1", trials=2, n=(20,), out=tmp_path, engine="gpu")
 
 
 def test_ray_backend_gives_the_local_numbers(tmp_path):

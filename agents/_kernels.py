@@ -14,10 +14,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# The thresholds of agents.estimator._balance (duplicated there as module constants).
-_TINY = np.finfo(np.float64).tiny
-_CHOL_FLOOR = 1e-15
-_WEAK_FLOOR = 1e-20
+# _balance's thresholds, so that both engines send the same pairs to the eigen route.
+from agents.estimator import _CHOL_FLOOR, _TINY, _WEAK_FLOOR
+
 _JACOBI_SWEEPS = 60
 
 OK, WEAK, NONFINITE = 0, 1, 2  # per-trial status of sgd_step

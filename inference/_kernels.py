@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-_EIG_FLOOR = 1e-12  # inference.linear_form._EIG_FLOOR
+from inference.linear_form import _EIG_FLOOR  # the numpy engine's floor for the bases
 
 
 @njit(cache=True)

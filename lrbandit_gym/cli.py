@@ -24,10 +24,7 @@ def _row(label: str, value: float, unit: str = "", note: str = "", digits: int =
 def _bench(args: argparse.Namespace) -> int:
     from lrbandit_gym import engine
 
-    if args.engine is not None:
-        with engine.use(args.engine):
-            return _run_bench(args)
-    return _run_bench(args)
+    return engine.call(args.engine, _run_bench, args)  # None: the current engine
 
 
 def _run_bench(args: argparse.Namespace) -> int:

@@ -25,11 +25,21 @@ import contextlib
 import importlib.util
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
-__all__ = ["ENGINES", "active_engine", "get_engine", "numba_available", "set_engine", "use"]
+__all__ = [
+    "ENGINES",
+    "active_engine",
+    "call",
+    "get_engine",
+    "numba_available",
+    "set_engine",
+    "use",
+]
 
 ENGINES = ("auto", "numpy", "numba")
+T = TypeVar("T")
 
 
 _numba_ok: bool | None = None  # cached result of numba_available()
@@ -105,10 +115,18 @@ def active_engine() -> str:
 
 
 @contextlib.contextmanager
-def use(name: str) -> Iterator[None]:
-    """Run a block with ``name`` as the engine, then restore the previous choice."""
-    previous = set_engine(name)
+def use(name: str | None) -> Iterator[None]:
+    """Run a block with ``name`` as the engine (None: the current choice), then restore the
+    previous choice."""
+    previous = set_engine(get_engine() if name is None else name)
     try:
         yield
     finally:
         set_engine(previous)
+
+
+def call(name: str, fn: Callable[..., T], *args) -> T:
+    """``fn(*args)`` with ``name`` as the engine: how study chunks run in worker processes
+    (Ray's too) with the engine of the process that scheduled them."""
+    with use(name):
+        return fn(*args)

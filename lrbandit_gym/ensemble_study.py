@@ -323,8 +323,7 @@ def _run_chunk(config: EnsembleStudyConfig, n_trials: int, seed) -> dict[str, np
 def _run_job(job):
     """A chunk for ``map_fn``: ``(config, n_trials, seed, engine)``, run with that engine."""
     *args, kernels = job
-    with engine.use(kernels):
-        return run_ensemble_chunk(*args)
+    return engine.call(kernels, run_ensemble_chunk, *args)
 
 
 def run_ensemble_study(

@@ -311,8 +311,7 @@ def _run_job(job):
     (the process pools' initializer, :func:`_single_threaded_blas`, makes their workers keep
     one warm-start buffer for all their chunks)."""
     *args, kernels = job
-    with engine.use(kernels):
-        return run_chunk(*args)
+    return engine.call(kernels, run_chunk, *args)
 
 
 def _single_threaded_blas() -> None:

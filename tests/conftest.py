@@ -1,1 +1,23 @@
 """Shared test configuration."""
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def awkward_factor_pairs():
+    """``make(N)``: N factor pairs (9 x 3, 7 x 3) with uneven column scales, where pair 0 has
+    a rank-deficient U, pair 1 a rank-deficient V and pair 2 tiny (1e-9) but full-rank U:
+    the cases the balancing must route to its eigendecomposition path or must not."""
+
+    def make(N: int) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.default_rng(11)
+        d1, d2, r = 9, 7, 3
+        U = rng.standard_normal((N, d1, r)) * rng.uniform(0.1, 10, (N, 1, r))
+        V = rng.standard_normal((N, d2, r))
+        U[0, :, 2] = 0.0  # rank-deficient U
+        V[1, :, 0] = V[1, :, 1]  # rank-deficient V
+        U[2] *= 1e-9  # tiny but full rank
+        return U, V
+
+    return make

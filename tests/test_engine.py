@@ -88,19 +88,14 @@ def test_estimator_engines_agree(n_trials, propensities, K):
 
 
 @numba_only
-def test_kernel_flags_rank_deficient_pairs_for_the_eigen_route():
+def test_kernel_flags_rank_deficient_pairs_for_the_eigen_route(awkward_factor_pairs):
     """Pairs the numpy engine balances by eigendecompositions are flagged and left alone by
     the kernel; the estimator then balances them as numpy does."""
     from agents import _kernels
     from agents.estimator import _balance
 
-    rng = np.random.default_rng(11)
-    N, d1, d2, r = 30, 9, 7, 3
-    U = rng.standard_normal((N, d1, r)) * rng.uniform(0.1, 10, (N, 1, r))
-    V = rng.standard_normal((N, d2, r))
-    U[0, :, 2] = 0.0  # rank-deficient U
-    V[1, :, 0] = V[1, :, 1]  # rank-deficient V
-    U[2] *= 1e-9  # tiny but full rank
+    N, r = 30, 3
+    U, V = awkward_factor_pairs(N)
     V[3] = np.nan  # diverged
     Ub, Vb, sv, work = U.copy(), V.copy(), np.zeros((N, r)), np.empty((10, r, r))
     status = np.array([_kernels.balance_pair(Ub[i], Vb[i], sv[i], work) for i in range(N)])

@@ -162,19 +162,14 @@ def test_factors_stay_balanced():
         )
 
 
-def test_balance_routes_agree_and_rank_deficient_pairs_take_the_robust_one():
+def test_balance_routes_agree_and_rank_deficient_pairs_take_the_robust_one(awkward_factor_pairs):
     """The Cholesky route of _balance and the eigendecomposition route give the same
     balanced pairs; rank-deficient or tiny factors go the robust way, chosen per pair so a
     batch equals its pairs one by one bit for bit."""
     from agents.estimator import _balance, _balance_eig
 
-    rng = np.random.default_rng(11)
-    N, d1, d2, r = 40, 9, 7, 3
-    U = rng.standard_normal((N, d1, r)) * rng.uniform(0.1, 10, (N, 1, r))
-    V = rng.standard_normal((N, d2, r))
-    U[0, :, 2] = 0.0  # rank-deficient U
-    V[1, :, 0] = V[1, :, 1]  # rank-deficient V
-    U[2] *= 1e-9  # tiny but full rank
+    N, r = 40, 3
+    U, V = awkward_factor_pairs(N)
     Ub, Vb, sv = _balance(U, V)
     gram = np.stack([U.transpose(0, 2, 1) @ U, V.transpose(0, 2, 1) @ V])
     Ue, Ve, se = _balance_eig(U, V, gram)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lrbandit_gym.engine import ENGINES
+
 __all__ = ["main"]
 
 
@@ -167,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument(
         "--engine",
-        choices=["auto", "numpy", "numba"],
+        choices=ENGINES,
         default=None,
         help="per-round arithmetic: numba kernels (fast extra) or numpy (default auto: "
         "numba when installed); same numbers up to rounding",
@@ -188,9 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--num-envs", type=int, default=None, help="batch size (default 1000; 125 for round)"
     )
     bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument(
-        "--engine", choices=["auto", "numpy", "numba"], default=None, help="default auto"
-    )
+    bench.add_argument("--engine", choices=ENGINES, default=None, help="default auto")
     bench.set_defaults(func=_bench)
     return parser
 

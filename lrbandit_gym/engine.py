@@ -125,8 +125,9 @@ def use(name: str | None) -> Iterator[None]:
         set_engine(previous)
 
 
-def call(name: str, fn: Callable[..., T], *args) -> T:
-    """``fn(*args)`` with ``name`` as the engine: how study chunks run in worker processes
-    (Ray's too) with the engine of the process that scheduled them."""
+def call(name: str | None, fn: Callable[..., T], *args) -> T:
+    """``fn(*args)`` with ``name`` as the engine (None: the current choice): how study
+    chunks run in worker processes (Ray's too) with the engine of the process that scheduled
+    them, and ``lrbandit bench --engine``."""
     with use(name):
         return fn(*args)

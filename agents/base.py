@@ -14,8 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from agents._validation import check_actions, check_context, check_rewards
 from lrbandit_gym.decision import Decision, split_decision
+from lrbandit_gym.validation import check_actions, check_context, check_rewards
 
 __all__ = ["Decision", "Policy", "PolicyBase", "ProblemShape", "problem_shape", "sample_actions"]
 

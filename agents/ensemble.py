@@ -64,13 +64,13 @@ from typing import Any
 
 import numpy as np
 
-from agents._validation import (
+from agents.base import PolicyBase
+from lrbandit_gym.validation import (
     check_choice,
     check_finite,
     check_positive_float,
     check_positive_int,
 )
-from agents.base import PolicyBase
 
 __all__ = ["EnsembleSampling", "als_sweep", "ensemble_memory_bytes"]
 

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from agents._validation import (
+from lrbandit_gym import engine
+from lrbandit_gym.validation import (
     check_actions,
     check_choice,
     check_context_fingerprint,
@@ -38,7 +39,6 @@ from agents._validation import (
     check_propensities,
     check_rewards,
 )
-from lrbandit_gym import engine
 
 __all__ = ["LowRankSGD"]
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from agents._validation import check_propensities
 from agents.base import PolicyBase, sample_actions
 from agents.estimator import LowRankSGD
 from agents.warm_start import DEFAULT_WARM_START_ROUNDS, WarmStartBuffer
 from lrbandit_gym.decision import Decision
+from lrbandit_gym.validation import check_propensities
 
 __all__ = ["EpsilonGreedy", "LowRankPolicy", "Softmax"]
 

@@ -64,7 +64,8 @@ from typing import Any
 
 import numpy as np
 
-from agents._validation import (
+from agents.factored_fit import factored_nuclear_norm_fit
+from lrbandit_gym.validation import (
     check_actions,
     check_choice,
     check_context,
@@ -74,7 +75,6 @@ from agents._validation import (
     check_rewards,
     check_weights,
 )
-from agents.factored_fit import factored_nuclear_norm_fit
 
 __all__ = [
     "DEFAULT_PENALTY_SCALE",
@@ -687,7 +687,7 @@ def reuse_buffer_memory(enabled: bool = True) -> bool:
     A Monte Carlo study runs one warm start per chunk of trials in each worker process; a
     125-trial buffer in the paper's setting is 2.5 GB, and touching that much fresh memory
     (the kernel zeroes every page) costs seconds per chunk, while reusing it costs nothing.
-    The study workers switch this on for their lifetime (:mod:`lrbandit_gym.studies`);
+    The study workers switch this on for their lifetime (:mod:`lrbandit_gym.experiments.studies`);
     elsewhere an agent does not hold the memory after its warm start.  Switching it off
     frees the kept storage.
     """

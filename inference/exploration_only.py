@@ -40,14 +40,14 @@ from typing import Any
 
 import numpy as np
 
-from inference._validation import (
+from inference.linear_form import _DebiasedLinearForm
+from lrbandit_gym.validation import (
     check_actions,
     check_batch_vector,
     check_factors,
     check_flags,
     check_matrix_stack,
 )
-from inference.linear_form import _DebiasedLinearForm
 
 __all__ = ["ExplorationOnlyInference"]
 

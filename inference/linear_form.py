@@ -40,7 +40,14 @@ from typing import Any
 import numpy as np
 from scipy.linalg.blas import daxpy as _daxpy
 
-from inference._validation import (
+from inference.results import (
+    IntervalEstimate,
+    normal_interval,
+    trials_phrase,
+    warn_insufficient,
+)
+from lrbandit_gym import engine
+from lrbandit_gym.validation import (
     check_actions,
     check_arm,
     check_batch_vector,
@@ -54,13 +61,6 @@ from inference._validation import (
     check_target_name,
     check_targets,
 )
-from inference.results import (
-    IntervalEstimate,
-    normal_interval,
-    trials_phrase,
-    warn_insufficient,
-)
-from lrbandit_gym import engine
 
 __all__ = ["LinearFormInference"]
 

@@ -24,7 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from inference._validation import (
+from inference.results import (
+    IntervalEstimate,
+    normal_interval,
+    trials_phrase,
+    warn_insufficient,
+)
+from lrbandit_gym.validation import (
     check_actions,
     check_batch_vector,
     check_choice,
@@ -33,12 +39,6 @@ from inference._validation import (
     check_n_trials,
     check_positive_int,
     check_propensities,
-)
-from inference.results import (
-    IntervalEstimate,
-    normal_interval,
-    trials_phrase,
-    warn_insufficient,
 )
 
 __all__ = ["OptimalValueInference"]

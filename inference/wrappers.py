@@ -35,7 +35,6 @@ import numpy as np
 from gymnasium.utils import RecordConstructorArgs
 from gymnasium.vector import VectorEnv, VectorWrapper
 
-from agents._validation import check_propensities
 from agents.base import problem_shape
 from agents.estimator import LowRankSGD
 from agents.warm_start import DEFAULT_WARM_START_ROUNDS, WarmStartBuffer
@@ -43,6 +42,7 @@ from inference.linear_form import LinearFormInference
 from inference.optimal_value import OptimalValueInference
 from inference.results import InsufficientDataWarning, IntervalEstimate, warn_insufficient
 from lrbandit_gym.decision import split_decision
+from lrbandit_gym.validation import check_propensities
 
 __all__ = [
     "ParameterInference",

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from lrbandit_gym import engine
-from lrbandit_gym.cli import main
-from lrbandit_gym.reproduce import reproduce
-from lrbandit_gym.studies import StudyConfig, run_study
+from lrbandit_gym.experiments.cli import main
+from lrbandit_gym.experiments.reproduce import reproduce
+from lrbandit_gym.experiments.studies import StudyConfig, run_study
 
 
 def test_demo_reports_every_interval_with_the_truth(capsys, tmp_path):
@@ -53,7 +53,7 @@ def test_reproduce_errors_name_the_argument(tmp_path):
 def test_results_do_not_depend_on_jobs():
     config = StudyConfig(checkpoints=(30,), warm_start=300, d1=12, d2=10, rank=2)
     one = run_study(config, 6, seed=5, batch_size=3)
-    from lrbandit_gym.studies import process_map
+    from lrbandit_gym.experiments.studies import process_map
 
     two = run_study(config, 6, seed=5, batch_size=3, map_fn=process_map(2))
     for key in one:
@@ -64,7 +64,7 @@ def test_study_times_its_phases_apart_from_its_results(tmp_path):
     """run_study reports the seconds of the warm-start rounds, the fit and the online rounds
     (summed over chunks) without putting them in the seed-determined result; reproduce
     records them beside the draw baseline's share of each phase."""
-    from lrbandit_gym.studies import PHASES
+    from lrbandit_gym.experiments.studies import PHASES
 
     config = StudyConfig(checkpoints=(30,), warm_start=300, d1=12, d2=10, rank=2)
     timing = {}
@@ -130,7 +130,7 @@ def test_table1_projection_comparison_and_table2_ranks_on_request(tmp_path):
     """table1 runs the paper's G_t only with compare_projection, and the comparison leaves
     our intervals unchanged; table2 runs the ranks asked for (r = 3 is table1's setting),
     with the paper's column only where the paper has one."""
-    from lrbandit_gym.reproduce import _configs
+    from lrbandit_gym.experiments.reproduce import _configs
 
     assert _configs("table1", (30,))["r=3"].variants == ()
     assert _configs("table1", (30,), compare_projection=True)["r=3"].variants == ("paper",)
@@ -187,7 +187,7 @@ def test_study_specific_options_are_refused_elsewhere(tmp_path):
 _FAULTS_SCRIPT = """
 import resource, sys
 import numpy as np
-from lrbandit_gym.studies import _single_threaded_blas
+from lrbandit_gym.experiments.studies import _single_threaded_blas
 if sys.argv[1] == "worker":
     _single_threaded_blas()
 def faults():

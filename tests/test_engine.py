@@ -176,7 +176,7 @@ def test_study_chunk_engines_agree():
     """A whole study chunk — warm start, ε-greedy SGD, both projections, the negative
     control, the exploration-only baseline and the value interval — gives the same
     intervals under both engines."""
-    from lrbandit_gym.studies import StudyConfig, run_chunk
+    from lrbandit_gym.experiments.studies import StudyConfig, run_chunk
 
     config = StudyConfig(
         d1=8,

@@ -8,13 +8,13 @@ import pytest
 
 import lrbandit_gym  # noqa: F401
 from agents import EnsembleSampling
-from lrbandit_gym.cli import main
-from lrbandit_gym.ensemble_study import (
+from lrbandit_gym.experiments.cli import main
+from lrbandit_gym.experiments.ensemble_study import (
     EnsembleMeanPredictor,
     EnsembleStudyConfig,
     run_ensemble_study,
 )
-from lrbandit_gym.studies import process_map, summarize_value
+from lrbandit_gym.experiments.studies import process_map, summarize_value
 
 # Small enough for a fast test, large enough that the warm start learns something.
 TINY = EnsembleStudyConfig(d1=6, d2=5, warm_start=40, checkpoints=(10, 25))
@@ -144,7 +144,7 @@ def test_cli_reproduce_ensemble(tmp_path, capsys):
 
 
 def test_paper_defaults():
-    from lrbandit_gym.reproduce import STUDY_DEFAULTS
+    from lrbandit_gym.experiments.reproduce import STUDY_DEFAULTS
 
     assert STUDY_DEFAULTS["ensemble"] == (500, (300, 700))
     c = EnsembleStudyConfig()

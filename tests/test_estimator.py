@@ -7,8 +7,8 @@ import pickle
 import numpy as np
 import pytest
 
-from agents.benchmark import bench_estimator, naive_sgd_step
 from agents.estimator import LowRankSGD
+from lrbandit_gym.experiments.bench_estimator import bench_estimator, naive_sgd_step
 
 
 def _low_rank(rng, d1, d2, r, scale=1.0):

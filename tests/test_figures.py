@@ -1,4 +1,4 @@
-"""PNG figures of the studies (lrbandit_gym.figures) and their place in ``reproduce``."""
+"""PNG figures of the studies (experiments.figures) and their place in ``reproduce``."""
 
 import json
 import struct
@@ -7,15 +7,15 @@ import sys
 import numpy as np
 import pytest
 
-from lrbandit_gym.cli import main
-from lrbandit_gym.figures import (
+from lrbandit_gym.experiments.cli import main
+from lrbandit_gym.experiments.figures import (
     MatplotlibMissing,
     coverage_figure,
     study_figures,
     zscore_figure,
 )
-from lrbandit_gym.reproduce import load_raw, reproduce
-from lrbandit_gym.studies import StudyConfig, run_study
+from lrbandit_gym.experiments.reproduce import load_raw, reproduce
+from lrbandit_gym.experiments.studies import StudyConfig, run_study
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

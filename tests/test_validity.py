@@ -9,7 +9,7 @@ power to catch what it claims to catch.
 import numpy as np
 import pytest
 
-from lrbandit_gym.studies import (
+from lrbandit_gym.experiments.studies import (
     StudyConfig,
     process_map,
     run_study,

@@ -18,7 +18,7 @@ from inference import (
     VectorValueInference,
 )
 from lrbandit_gym import Decision
-from lrbandit_gym.studies import paper_targets
+from lrbandit_gym.experiments.studies import paper_targets
 
 D1, D2, R = 8, 7, 2
 

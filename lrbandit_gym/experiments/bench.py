@@ -94,7 +94,7 @@ def bench_agents(d_large: int = 500, d: int = 50, num_envs: int = 1000, seed: in
     """
     import gymnasium as gym
 
-    from agents.benchmark import bench_estimator
+    from lrbandit_gym.experiments.bench_estimator import bench_estimator
 
     est = bench_estimator(d=d_large, rank=3, seed=seed)
     venv = gym.make_vec(
@@ -154,7 +154,7 @@ def bench_inference(d: int = 50, num_envs: int = 1000, seed: int = 0) -> dict:
         VectorParameterInference,
         VectorValueInference,
     )
-    from lrbandit_gym.studies import paper_targets
+    from lrbandit_gym.experiments.studies import paper_targets
 
     targets = paper_targets(d, d)
     rng = np.random.default_rng(seed)
@@ -215,7 +215,7 @@ def bench_study_round(d: int = 50, num_envs: int = 125, seed: int = 0) -> dict:
     from threadpoolctl import threadpool_limits
 
     from inference import LinearFormInference, VectorParameterInference
-    from lrbandit_gym.studies import StudyConfig, make_study_env, paper_targets
+    from lrbandit_gym.experiments.studies import StudyConfig, make_study_env, paper_targets
 
     with threadpool_limits(1):
         venv = make_study_env(StudyConfig(d1=d, d2=d), num_envs)

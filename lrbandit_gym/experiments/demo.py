@@ -31,7 +31,7 @@ def run_demo(
     import lrbandit_gym  # noqa: F401
     from agents import DEFAULT_WARM_START_ROUNDS, EpsilonGreedy
     from inference import ParameterInference, ValueInference
-    from lrbandit_gym.studies import paper_targets
+    from lrbandit_gym.experiments.studies import paper_targets
 
     stream = sys.stdout if stream is None else stream
     start = time.perf_counter()

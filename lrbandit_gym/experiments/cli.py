@@ -12,7 +12,7 @@ __all__ = ["main"]
 
 def _demo(args: argparse.Namespace) -> int:
     """One online experiment with both inference wrappers (the README's main job)."""
-    from lrbandit_gym.demo import run_demo
+    from lrbandit_gym.experiments.demo import run_demo
 
     run_demo(rounds=args.rounds, seed=args.seed, out=args.out, plot=not args.no_plot)
     return 0
@@ -30,7 +30,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from lrbandit_gym import bench, engine
+    from lrbandit_gym import engine
+    from lrbandit_gym.experiments import bench
 
     num_envs = args.num_envs
     if num_envs is None:
@@ -87,7 +88,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from lrbandit_gym.reproduce import reproduce
+    from lrbandit_gym.experiments.reproduce import reproduce
 
     reproduce(
         args.study,
@@ -108,7 +109,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _figures(args: argparse.Namespace) -> int:
-    from lrbandit_gym.reproduce import redraw_figures
+    from lrbandit_gym.experiments.reproduce import redraw_figures
 
     redraw_figures(args.npz, out=args.out)
     return 0
@@ -128,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-plot", action="store_true", help="do not save the figure")
     demo.set_defaults(func=_demo)
 
-    from lrbandit_gym.reproduce import STUDIES, STUDY_DEFAULTS
+    from lrbandit_gym.experiments.reproduce import STUDIES, STUDY_DEFAULTS
 
     defaults = "; ".join(
         f"{s}: {t} trials, n = {' '.join(map(str, n))}" for s, (t, n) in STUDY_DEFAULTS.items()

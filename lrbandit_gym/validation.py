@@ -1,9 +1,12 @@
-"""Input checks shared by the estimators and policies.
+"""Input checks shared by the environment's users: the estimators, the policies and the
+inference procedures.
 
 Every public entry point validates its inputs with these helpers *before* it changes any
 state, so that a rejected call leaves the object bit-identical.  Each helper raises
 :class:`ValueError` with a message that names the argument and shows the offending value;
 in batched mode (``n_trials`` given) the message also names the first offending trial.
+Arrays come back in the internal *batched* layout: a leading trial axis of length ``B``
+(``B = 1`` for the unbatched API).
 
 The helpers are written for the per-round hot path: the common case (valid input) costs a
 handful of vectorised numpy calls and the slow, precise search for the culprit runs only
@@ -15,7 +18,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,14 +26,23 @@ import numpy as np
 __all__ = [
     "PROPENSITY_TOL",
     "check_actions",
+    "check_arm",
+    "check_batch_vector",
     "check_choice",
+    "check_confidence_level",
     "check_context",
     "check_context_fingerprint",
+    "check_factors",
     "check_finite",
+    "check_flags",
+    "check_matrix_stack",
+    "check_n_trials",
     "check_positive_float",
     "check_positive_int",
     "check_propensities",
     "check_rewards",
+    "check_target_name",
+    "check_targets",
     "check_weights",
 ]
 
@@ -344,3 +356,160 @@ def _check_one_pmf(
                 f"{name}[action] must be > 0 (known propensities weight by 1/pi), got "
                 f"{name}[{a}] = {values[a]!r}"
             )
+
+
+def check_n_trials(n_trials: Any) -> int | None:
+    """``None`` (unbatched) or a positive int."""
+    if n_trials is None:
+        return None
+    return check_positive_int(n_trials, "n_trials")
+
+
+def check_confidence_level(confidence_level: Any) -> float:
+    """Return the confidence level as a float strictly inside ``(0, 1)``."""
+    if isinstance(confidence_level, bool | np.bool_) or not isinstance(
+        confidence_level, numbers.Real
+    ):
+        raise ValueError(
+            f"confidence_level must be a real number in (0, 1), got {confidence_level!r}"
+        )
+    level = float(confidence_level)
+    if not (math.isfinite(level) and 0.0 < level < 1.0):
+        raise ValueError(f"confidence_level must be in (0, 1), got {confidence_level!r}")
+    return level
+
+
+def check_arm(arm: Any, n_actions: int, name: str = "arm") -> int:
+    """Return an arm index in ``[0, n_actions)``."""
+    if isinstance(arm, bool | np.bool_):
+        raise ValueError(f"{name} must be an integer in [0, {n_actions}), got {arm!r}")
+    try:
+        a = operator.index(arm)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer in [0, {n_actions}), got {arm!r}") from None
+    if not 0 <= a < n_actions:
+        raise ValueError(f"{name} must be an integer in [0, {n_actions}), got {a!r}")
+    return int(a)
+
+
+def _as_float_array(value: Any, name: str) -> np.ndarray:
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{name} must be a real array, got {type(value).__name__}: {exc}"
+        ) from None
+
+
+def check_matrix_stack(
+    value: Any, shape: tuple[int, ...], n_trials: int | None, name: str
+) -> np.ndarray:
+    """Return a finite float64 array of shape ``(B, *shape)``.
+
+    Unbatched (``n_trials=None``) the input must have shape ``shape``; batched, it must have
+    shape ``(n_trials, *shape)``.
+    """
+    arr = _as_float_array(value, name)
+    expected = shape if n_trials is None else (n_trials, *shape)
+    if arr.shape != expected:
+        raise ValueError(f"{name} must have shape {expected}, got shape {arr.shape}")
+    check_finite(arr, name, batched=n_trials is not None)
+    return arr.reshape((1, *shape)) if n_trials is None else arr
+
+
+def check_factors(
+    U: Any, V: Any, n_actions: int, d1: int, d2: int, rank: int, n_trials: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return the factor stacks ``U (B, K, d1, r)``, ``V (B, K, d2, r)``."""
+    Ub = check_matrix_stack(U, (n_actions, d1, rank), n_trials, "U")
+    Vb = check_matrix_stack(V, (n_actions, d2, rank), n_trials, "V")
+    return Ub, Vb
+
+
+def check_batch_vector(value: Any, n_trials: int | None, name: str) -> np.ndarray:
+    """Return one finite real per trial as float64 of shape ``(B,)``.
+
+    Unbatched: a scalar.  Batched: an array of shape ``(n_trials,)``.
+    """
+    if n_trials is None:
+        if np.ndim(value) != 0:
+            raise ValueError(f"{name} must be a scalar, got shape {np.shape(value)}")
+        if isinstance(value, bool | np.bool_):
+            raise ValueError(f"{name} must be a finite real number, got {value!r}")
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a finite real number, got {value!r}") from None
+        if not math.isfinite(v):
+            raise ValueError(f"{name} must be finite, got {v!r}")
+        return np.array([v])
+    arr = _as_float_array(value, name)
+    if arr.shape != (n_trials,):
+        raise ValueError(f"{name} must have shape ({n_trials},), got shape {arr.shape}")
+    check_finite(arr, name, batched=True)
+    return arr
+
+
+def check_flags(value: Any, n_trials: int | None, name: str) -> np.ndarray:
+    """Return boolean flag(s) as a bool array of shape ``(B,)``.
+
+    Accepts Python/numpy booleans (and arrays of them) or 0/1 integers.
+    """
+    arr = np.asarray(value)
+    expected = () if n_trials is None else (n_trials,)
+    if arr.shape != expected:
+        raise ValueError(f"{name} must have shape {expected}, got shape {arr.shape}")
+    if arr.dtype.kind == "b":
+        return arr.reshape(-1).astype(bool, copy=False)
+    if arr.dtype.kind in "iu" and np.all((arr == 0) | (arr == 1)):
+        return arr.reshape(-1).astype(bool)
+    raise ValueError(f"{name} must be boolean (True/False or 0/1), got {value!r}")
+
+
+def check_targets(
+    targets: Mapping[str, Any] | Iterable[tuple[str, Any]], d1: int, d2: int
+) -> tuple[tuple[str, ...], np.ndarray]:
+    """Return ``(names, stack)`` with ``stack`` of shape ``(n_targets, d1, d2)``.
+
+    ``targets`` maps names to ``(d1, d2)`` matrices ``T``; an iterable of ``(name, T)``
+    pairs is accepted too, and a repeated name is then an error.
+    """
+    if isinstance(targets, Mapping):
+        items = list(targets.items())
+    elif isinstance(targets, str | bytes | np.ndarray) or not isinstance(targets, Iterable):
+        raise ValueError(
+            f"targets must be a mapping from names to ({d1}, {d2}) matrices, got "
+            f"{type(targets).__name__}"
+        )
+    else:
+        items = []
+        for item in targets:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise ValueError(f"targets must hold (name, matrix) pairs, got {item!r}")
+            items.append(item)
+    if not items:
+        raise ValueError("targets must name at least one matrix T, got an empty collection")
+    names: list[str] = []
+    mats: list[np.ndarray] = []
+    for name, T in items:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"target names must be non-empty strings, got {name!r}")
+        if name in names:
+            raise ValueError(f"duplicate target name {name!r}")
+        arr = _as_float_array(T, f"targets[{name!r}]")
+        if arr.shape != (d1, d2):
+            raise ValueError(
+                f"targets[{name!r}] must have shape ({d1}, {d2}), got shape {arr.shape}"
+            )
+        check_finite(arr, f"targets[{name!r}]")
+        names.append(name)
+        mats.append(arr)
+    return tuple(names), np.stack(mats)
+
+
+def check_target_name(target: Any, names: tuple[str, ...]) -> int:
+    """Return the position of ``target`` among ``names``."""
+    if isinstance(target, str) and target in names:
+        return names.index(target)
+    known = ", ".join(repr(n) for n in names)
+    raise ValueError(f"target must be one of {known}; got {target!r}")

@@ -10,7 +10,7 @@ Outputs under ``--out``: ``{study}.csv`` and ``{study}.json`` (rows, configurati
 seed, timing, the list of figures), ``{study}.npz`` (the raw per-trial arrays of every
 setting, keys ``"{setting}/{array}"``; :func:`load_raw` reads them back and
 :func:`redraw_figures` redraws the figures) and, with the ``plot`` extra, PNG figures
-``{study}[_{setting}]_{zscores,coverage,length}.png`` (:mod:`lrbandit_gym.figures`).
+``{study}[_{setting}]_{zscores,coverage,length}.png`` (:mod:`lrbandit_gym.experiments.figures`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from lrbandit_gym import engine as engines
-from lrbandit_gym.ensemble_study import EnsembleStudyConfig, run_ensemble_study
-from lrbandit_gym.studies import (
+from lrbandit_gym.experiments.ensemble_study import EnsembleStudyConfig, run_ensemble_study
+from lrbandit_gym.experiments.studies import (
     StudyConfig,
     process_map,
     run_study,
@@ -213,7 +213,7 @@ def _local_map(jobs: int, stream):
     """Process-pool map with a progress bar (chunks complete in any order)."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    from lrbandit_gym.studies import _single_threaded_blas
+    from lrbandit_gym.experiments.studies import _single_threaded_blas
 
     def map_fn(fn, items):
         start = time.perf_counter()
@@ -280,7 +280,7 @@ def draw_baseline(
 
 
 def _phase_breakdown(config: StudyConfig, phases: dict, draw_seconds: float) -> dict:
-    """Each of :data:`lrbandit_gym.studies.PHASES` (process-seconds summed over chunks)
+    """Each of :data:`lrbandit_gym.experiments.studies.PHASES` (process-seconds summed over chunks)
     beside the seconds that drawing its rounds' contexts takes (``draw_seconds``, the draw
     baseline for all rounds in process-seconds, shared out by rounds)."""
     warm, online = _study_rounds(config)
@@ -397,7 +397,11 @@ def _references(study: str, label: str) -> tuple[dict, dict]:
 
 def _write_figures(study, settings, results, out: Path, stream) -> list[str]:
     """PNG figures of every setting; one line and no files without matplotlib."""
-    from lrbandit_gym.figures import MISSING_MATPLOTLIB, MatplotlibMissing, study_figures
+    from lrbandit_gym.experiments.figures import (
+        MISSING_MATPLOTLIB,
+        MatplotlibMissing,
+        study_figures,
+    )
 
     paths = []
     for label in settings:

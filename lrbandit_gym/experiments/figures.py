@@ -1,8 +1,8 @@
 """PNG figures of the Monte Carlo studies (needs the ``plot`` extra: matplotlib).
 
-The functions take the raw result dicts of :func:`lrbandit_gym.studies.run_study` and
-:func:`lrbandit_gym.ensemble_study.run_ensemble_study` (arrays with the trials on the last
-axis; see :func:`lrbandit_gym.studies.summarize_parameters`) and draw:
+The functions take the raw result dicts of :func:`~lrbandit_gym.experiments.studies.run_study` and
+:func:`~.ensemble_study.run_ensemble_study` (arrays with the trials on the last
+axis; see :func:`lrbandit_gym.experiments.studies.summarize_parameters`) and draw:
 
 * :func:`zscore_figure`: histograms of the z-scores ``(estimate - truth) / se`` with the
   ``N(0, 1)`` density, one panel per target x arm (and the arm difference) at each ``n``,
@@ -12,8 +12,8 @@ axis; see :func:`lrbandit_gym.studies.summarize_parameters`) and draw:
   band ``level +- 1.96 sqrt(level (1 - level) / trials)``;
 * :func:`length_figure`: mean interval length ``2 z se`` against ``n``.
 
-Coverage and lengths come from :func:`lrbandit_gym.studies.summarize_parameters` and
-:func:`~lrbandit_gym.studies.summarize_value`: computation lives there, this module only
+Coverage and lengths come from :func:`lrbandit_gym.experiments.studies.summarize_parameters` and
+:func:`~lrbandit_gym.experiments.studies.summarize_value`: computation lives there, this module only
 draws.  Figures are built on :class:`matplotlib.figure.Figure` directly (no ``pyplot``), so
 nothing here touches a caller's global matplotlib state or needs a display.  Without
 matplotlib every function raises :class:`MatplotlibMissing`, an ``ImportError`` whose
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from lrbandit_gym.studies import summarize_parameters, summarize_value
+from lrbandit_gym.experiments.studies import summarize_parameters, summarize_value
 
 __all__ = [
     "MISSING_MATPLOTLIB",
@@ -238,8 +238,8 @@ def zscore_figure(
     Parameters
     ----------
     result : dict of ndarray
-        A :func:`~lrbandit_gym.studies.run_study` or
-        :func:`~lrbandit_gym.ensemble_study.run_ensemble_study` result.
+        A :func:`~lrbandit_gym.experiments.studies.run_study` or
+        :func:`~lrbandit_gym.experiments.ensemble_study.run_ensemble_study` result.
     path : str or Path
         Output ``.png`` file (its folder is created).
     bins : int, default 40

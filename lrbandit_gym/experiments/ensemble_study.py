@@ -36,7 +36,7 @@ n = 300 and -1.5 at n = 700 without a warm start.  With 300 uniform rounds (the 
 the ensemble-mean error ``||M_hat_a - M_a||_F`` is about 0.06 when inference starts
 (recorded per trial as ``initial_error``).  Trials run in chunks seeded by the children of one
 ``SeedSequence``, each with one BLAS thread, so results do not depend on how chunks are
-scheduled (``--jobs``, ``--backend``), exactly as in :func:`lrbandit_gym.studies.run_study`.
+scheduled (``--jobs``, ``--backend``), exactly as in :func:`.studies.run_study`.
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def _run_chunk(config: EnsembleStudyConfig, n_trials: int, seed) -> dict[str, np
     from agents import EnsembleSampling
     from inference import VectorValueInference
     from lrbandit_gym import Decision
-    from lrbandit_gym.studies import make_study_env
+    from lrbandit_gym.experiments.studies import make_study_env
 
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     env_seed, agent_seed, warm_seed = ss.spawn(3)
@@ -337,7 +337,7 @@ def run_ensemble_study(
     """Run ``n_trials`` trials in chunks of ``batch_size`` (the last may be smaller).
 
     Chunk ``i`` is seeded by the ``i``-th child of ``SeedSequence(seed)`` whatever runs it,
-    as in :func:`lrbandit_gym.studies.run_study`: ``map_fn(fn, list_of_args)`` (a process
+    as in :func:`.studies.run_study`: ``map_fn(fn, list_of_args)`` (a process
     pool's or Ray's map) may schedule chunks anywhere and the merged result is the same.
     Memory: about 2.6 MB per trial of a chunk at the paper's sizes (the ensemble's
     sufficient statistics, see :func:`agents.ensemble.ensemble_memory_bytes`).

@@ -149,7 +149,7 @@ class PolicyBase(ABC):
         """The pmf over arms for batched contexts ``(B, d1, d2)``, shape ``(B, K)``."""
 
     def action_probs(self, obs) -> np.ndarray:
-        """``π_t(a)`` for every arm at this context, without drawing (ALGORITHMS.md §2)."""
+        """``π_t(a)`` for every arm at this context, without drawing (docs/method.md §2)."""
         return self._out(self._probs(self._batch(obs)))
 
     def act(self, obs) -> Decision:

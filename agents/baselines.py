@@ -13,7 +13,32 @@ __all__ = ["LinearEpsilonGreedy", "Oracle", "UniformRandom"]
 
 
 class UniformRandom(PolicyBase):
-    """Every arm with probability ``1/K``."""
+    """Every arm with probability ``1/K``.
+
+    Parameters
+    ----------
+    env : gymnasium.Env or VectorEnv, optional
+        ``MatrixContextBandit-v0`` (single or vector); sizes are read from it.
+    seed : int or SeedSequence, optional
+        Seed of the policy's own generator.
+    d1, d2, n_actions, context, n_trials
+        Sizes for streams without an environment.
+    """
+
+    def __init__(
+        self,
+        env=None,
+        *,
+        seed=None,
+        d1: int | None = None,
+        d2: int | None = None,
+        n_actions: int | None = None,
+        context: str | None = None,
+        n_trials: int | None = None,
+    ):
+        super().__init__(
+            env, seed=seed, d1=d1, d2=d2, n_actions=n_actions, context=context, n_trials=n_trials
+        )
 
     def _probs(self, x: np.ndarray) -> np.ndarray:
         return np.full((x.shape[0], self.n_actions), 1.0 / self.n_actions)
@@ -25,8 +50,21 @@ class Oracle(PolicyBase):
     Needs the environment (it reads ``env.unwrapped.true_params``) or ``params``.
     """
 
-    def __init__(self, env=None, *, params=None, **kwargs):
-        super().__init__(env, **kwargs)
+    def __init__(
+        self,
+        env=None,
+        *,
+        params=None,
+        seed=None,
+        d1: int | None = None,
+        d2: int | None = None,
+        n_actions: int | None = None,
+        context: str | None = None,
+        n_trials: int | None = None,
+    ):
+        super().__init__(
+            env, seed=seed, d1=d1, d2=d2, n_actions=n_actions, context=context, n_trials=n_trials
+        )
         if params is None:
             if env is None:
                 raise ValueError("Oracle needs env or params (the truth it acts on)")
@@ -60,9 +98,15 @@ class LinearEpsilonGreedy(PolicyBase):
         ridge: float = 1.0,
         max_memory_bytes: int = 2**31,
         seed=None,
-        **sizes: Any,
+        d1: int | None = None,
+        d2: int | None = None,
+        n_actions: int | None = None,
+        context: str | None = None,
+        n_trials: int | None = None,
     ):
-        super().__init__(env, seed=seed, **sizes)
+        super().__init__(
+            env, seed=seed, d1=d1, d2=d2, n_actions=n_actions, context=context, n_trials=n_trials
+        )
         if not (0.0 < float(epsilon) <= 1.0):
             raise ValueError(f"epsilon must be in (0, 1]; got {epsilon!r}")
         if not (np.isfinite(ridge) and ridge > 0):

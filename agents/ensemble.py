@@ -1,7 +1,7 @@
 """Ensemble sampling: approximate Thompson sampling for low-rank matrix-context bandits.
 
 This is the policy of the paper's Appendix on approximate Thompson sampling (Algorithm 6;
-ALGORITHMS.md §2 and §5).  ``n_models`` models each hold, for every arm ``a``, rank-``r``
+docs/method.md §2 and §5).  ``n_models`` models each hold, for every arm ``a``, rank-``r``
 factors ``U_a^(m)`` (d1 x r) and ``V_a^(m)`` (d2 x r).  Every round one model is picked
 uniformly at random and the policy plays its greedy arm, so the exact propensity is
 
@@ -35,9 +35,9 @@ Implementation notes
   is memory-bound: it streams each trial's ``(d1 d2)^2`` statistics a few times.  Trials
   are therefore absorbed in blocks of about 2 MiB of statistics, vectorised within a
   block, so that a block stays in cache and updates its statistics in place: one trial
-  per block at d1 = d2 = 20 (measured 95 ms a round for B = 100 against 250 ms for one
-  block of 100, whose gathers, scatters and 128 MB temporaries dominate), hundreds of
-  trials per block for small contexts, where Python overhead would dominate instead.
+  per block at d1 = d2 = 20 (one block of 100 trials would spend its time on gathers,
+  scatters and 128 MB temporaries), hundreds of trials per block for small contexts, where
+  Python overhead would dominate instead.
 * **Prior means.**  The default ``mu_u = mu_v = 0`` is the symmetric choice of eq. (MAP
   obj) (a common non-zero mean would pull every model towards the same arbitrary matrix
   ``mu_u mu_v^T`` and kill early exploration).  Zero is then a stationary point of the
@@ -45,7 +45,7 @@ Implementation notes
   ``||sum_s y~_s X_s||_op <= sigma^2 / (sigma_u sigma_v)`` (1 with the paper's
   ``sigma_u = sigma_v = sigma = 0.1``; 100 with ``sigma_u = sigma_v = 0.01``).  Near 0 an
   ALS sweep scales the factors by about ``(sigma_u sigma_v ||Y||_op / sigma^2)^2``, so after
-  a few small rewards the iterate can sit at ~1e-10 (measured at the defaults) or underflow
+  a few small rewards the iterate can sit at ~1e-10 (at the defaults) or underflow
   (smaller prior stds) and would then need many rounds to grow once the MAP is non-zero.
   Two remedies: warm starts whose product scale fell below ``1e-6`` of the prior's are
   rescaled to the prior scale before the sweep (same objective, new starting point; see
@@ -78,8 +78,8 @@ _ANCHORS = ("mean", "sample")
 _FLOAT = 8  # bytes per float64
 # Relative product scale below which a warm start is rescaled (see EnsembleSampling._rescue).
 _RESCUE = 1e-6
-# Bytes of statistics per block of trials absorbed together (cache-sized; measured best
-# between 1 and 2 MiB: one trial per block at d1 = d2 = 20, ~25 at d = 10, ~400 at d = 5).
+# Bytes of statistics per block of trials absorbed together (cache-sized, 1-2 MiB: one trial
+# per block at d1 = d2 = 20, ~25 at d = 10, ~400 at d = 5).
 _BLOCK_BYTES = 2**21
 
 
@@ -248,7 +248,7 @@ class EnsembleSampling(PolicyBase):
     ``n_models`` models share the data but perturb every reward independently; the policy
     picks a model uniformly at random and plays its greedy arm, so
     ``pi_t(a)`` is the exact fraction of models whose greedy arm at ``X_t`` is ``a``
-    (ALGORITHMS.md §2).  The per-round cost and memory do not grow with ``t`` (see the module
+    (docs/method.md §2).  The per-round cost and memory do not grow with ``t`` (see the module
     notes): ``O(B K (d1 d2)^2)`` memory and ``O(B M r (d1 d2)^2 als_sweeps)`` time a round.
 
     Parameters
@@ -425,7 +425,7 @@ class EnsembleSampling(PolicyBase):
         -------
         ndarray of shape (K,) or (B, K)
             ``argmax`` gives ``a_hat(X_t)``; the fraction of models whose prediction for
-            another arm exceeds that of ``a_hat`` is ``e_hat_t`` (ALGORITHMS.md §5).
+            another arm exceeds that of ``a_hat`` is ``e_hat_t`` (docs/method.md §5).
         """
         return self._out(self._predictions(self._batch(obs)).mean(axis=1))
 

@@ -3,10 +3,11 @@
 The estimator keeps, for every arm ``a``, factors ``U_a`` (d1 x r) and ``V_a`` (d2 x r) with
 ``M_hat_a = U_a V_a^T``.  Each round only the pulled arm moves, by one inverse-propensity
 weighted gradient step on ``(y_t - <U V^T, X_t>)^2 / 2`` taken from the *balanced*
-factorisation (``U^T U = V^T V = D`` diagonal).  Taking the step from the balanced factors
-is exactly the renormalised update of eq. (8) (top-r SVD of ``U V^T`` before the step); by
-Lemma 2.1 it can be done with r x r eigen/singular value decompositions instead of a
-d1 x d2 SVD, which is what this module does (ALGORITHMS.md §3).
+factorisation (``U^T U = V^T V = D`` diagonal): eq. (8), in
+:meth:`LowRankSGD.step_validated`.  Taking the step from the balanced factors is exactly the
+renormalised update of eq. (8) (top-r SVD of ``U V^T`` before the step); by Lemma 2.1 the
+balancing needs only r x r eigen/singular value decompositions instead of a d1 x d2 SVD
+(docs/method.md §3).
 
 Implementation notes
 --------------------
@@ -14,20 +15,26 @@ Implementation notes
   with ``B = 1`` for the unbatched API.  A round gathers the pulled arm's factors of every
   trial with fancy indexing, updates them with stacked ``np.matmul`` calls and scatters them
   back; nothing loops over trials in Python.
-* Factors are stored balanced after every change.  The balancing of ALGORITHMS.md §3 step 1
-  is run at the *end* of the update for the arm that moved (and once in
+* Factors are stored balanced after every change.  The balancing (docs/method.md §3,
+  "Balanced factors") is run at the *end* of the update for the arm that moved (and once in
   :meth:`LowRankSGD.initialize`); since the other arms did not move this is the same as
   balancing at the start of the next update, and it keeps ``D`` (the singular values of
   ``M_hat_a``) at hand for :meth:`LowRankSGD.subspaces`.
+* The machinery lives beside this module: :mod:`agents.balancing` (Lemma 2.1),
+  :mod:`agents.product_cache` (the products ``X V_a`` and ``Xᵀ U_a`` that a round's
+  prediction, the inference wrappers' snapshot and the step share) and
+  :mod:`agents.kernels` (the same round compiled with numba, engine "numba").
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from agents.balancing import balance
+from agents.product_cache import ProductCache
 from lrbandit_gym import engine
 from lrbandit_gym.validation import (
     check_actions,
@@ -40,7 +47,7 @@ from lrbandit_gym.validation import (
     check_rewards,
 )
 
-__all__ = ["LowRankSGD"]
+__all__ = ["LowRankSGD", "PulledArms"]
 
 _CONTEXTS = ("gaussian", "completion")
 _PROPENSITIES = ("known", "unknown")
@@ -56,149 +63,38 @@ _CONFIG_KEYS = (
     "step_decay",
     "propensities",
 )
-# Relative floor for the eigenvalues of U^T U and V^T V in the balancing: a null direction of
-# a rank-deficient factor is raised to it instead of being inverted as ~0 (see _balance).
-_EIG_FLOOR = 1e-13
-# Balancing by Cholesky (see _balance): a jitter of this fraction of the largest diagonal
-# entry keeps the factorisation defined; pairs whose squared pivots fall below 1e3 times it,
-# or whose eigenvalues (squared singular values) fall below _WEAK_FLOOR times the largest,
-# are balanced by eigendecompositions instead.
-_CHOL_FLOOR = 1e-15
-_WEAK_FLOOR = 1e-20
-_TINY = np.finfo(np.float64).tiny
-# Context size from which X V and X^T U are computed column by column (see
-# _context_products).
-_GEMV_MIN_SIZE = 40_000
-_DIVERGED = (
-    "LowRankSGD step produced non-finite factors (the iteration diverged): the step size is "
-    "too large for the scale of the contexts/rewards; reduce step_scale"
-)
-# Seed of the fixed weights that fingerprint a context (see LowRankSGD._fingerprint).
-_FINGERPRINT_SEED = 20261126
 
 
-def _context_products(
-    X: np.ndarray, U: np.ndarray, V: np.ndarray, xv: bool = True
-) -> tuple[np.ndarray | None, np.ndarray]:
-    """``X V`` and ``X^T U`` for stacks of contexts (B, d1, d2) and factors (B, d1, r), (B, d2, r).
+class PulledArms(NamedTuple):
+    """The pulled arms' factors before the step, and the round's products with them
+    (:meth:`LowRankSGD.pulled`).  ``B`` is the batch size (1 unbatched).
 
-    For one large context OpenBLAS's gemm with r (~3) columns runs several times slower
-    than r matrix-vector products (measured 0.7 ms vs 0.2 ms at d = 500), so that case uses
-    one gemv per column; everything else is one stacked matmul per product.  (A batched run
-    of large contexts therefore agrees with unbatched runs to rounding, not bit for bit.)
-    """
-    if X.shape[0] > 1 or X[0].size < _GEMV_MIN_SIZE:
-        return (np.matmul(X, V) if xv else None), np.matmul(X.transpose(0, 2, 1), U)
-    X2 = X[0]
-    r = U.shape[2]
-    XV = np.empty((1, X2.shape[0], r)) if xv else None
-    XtU = np.empty((1, X2.shape[1], r))
-    V_rows = np.ascontiguousarray(V[0].T)
-    U_rows = np.ascontiguousarray(U[0].T)
-    for j in range(r):
-        if xv:
-            XV[0, :, j] = X2 @ V_rows[j]
-        XtU[0, :, j] = U_rows[j] @ X2
-    return XV, XtU
-
-
-def _balance(U: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Balance stacks of factor pairs without forming ``U V^T`` (Lemma 2.1).
-
-    Returns ``(U T_U, V T_V, sv)`` with ``T_U T_V^T = I`` (the product is unchanged) and
-    ``(U T_U)^T (U T_U) = (V T_V)^T (V T_V) = diag(sv)``: the pair ``(W_U D^{1/2},
-    W_V D^{1/2})`` for the top-r SVD ``W_U D W_V^T`` of ``U V^T``.  Cost O((d1 + d2) r^2 + r^3)
-    per pair.
-
-    With the Cholesky factor ``U^T U = L L^T`` and the eigendecomposition
-    ``L^T (V^T V) L = Q Λ Q^T`` (eigenvalues decreasing), ``T_U = L^{-T} Q Λ^{1/4}`` and
-    ``T_V = L Q Λ^{-1/4}``, ``sv = Λ^{1/2}``: one ``r x r`` Cholesky, inverse and symmetric
-    eigendecomposition per pair.  Pairs where ``U`` or ``V`` is (nearly) rank-deficient —
-    a Cholesky pivot or an eigenvalue below ``1e-10`` of the largest — take the
-    eigendecomposition route of :func:`_balance_eig` instead, which handles null directions.
-    The choice is made per pair, so a batch gives the same numbers as its pairs one by one.
-
-    Parameters
+    Attributes
     ----------
-    U : ndarray of shape (N, d1, r)
-    V : ndarray of shape (N, d2, r)
-
-    Returns
-    -------
-    U_bal : ndarray of shape (N, d1, r)
-    V_bal : ndarray of shape (N, d2, r)
-    sv : ndarray of shape (N, r)
-        The diagonal of ``D`` (singular values of ``U V^T``, decreasing).
+    U : ndarray of shape (B, d1, r)
+        ``U_a`` of the pulled arms.
+    V : ndarray of shape (B, d2, r)
+        ``V_a`` of the pulled arms.
+    XV : ndarray of shape (B, d1, r)
+        ``X V_a``.
+    XtU : ndarray of shape (B, d2, r)
+        ``Xᵀ U_a``.
+    sv : ndarray of shape (B, r)
+        The pulled arms' singular values ``D_a`` (decreasing), a gathered copy.
     """
-    n, _, r = U.shape
-    gram = np.empty((2, n, r, r))
-    np.matmul(U.transpose(0, 2, 1), U, out=gram[0])
-    np.matmul(V.transpose(0, 2, 1), V, out=gram[1])
-    if not np.isfinite(gram).all():
-        raise FloatingPointError(_DIVERGED)
-    # Positive definite by construction unless U is rank-deficient; pivots of such pairs are
-    # replaced below, so the factorisation of the others never fails.
-    scale = np.diagonal(gram[0], axis1=-2, axis2=-1).max(axis=-1)
-    safe = gram[0] + (_TINY + _CHOL_FLOOR * scale)[:, None, None] * np.eye(r)
-    L = np.linalg.cholesky(safe)
-    pivots = np.diagonal(L, axis1=-2, axis2=-1) ** 2
-    with np.errstate(over="ignore", invalid="ignore"):
-        S = np.matmul(L.transpose(0, 2, 1), np.matmul(gram[1], L))
-    overflow = ~np.isfinite(S).all(axis=(1, 2))  # huge but finite Grams: eigen route below
-    if overflow.any():
-        S[overflow] = np.eye(r)
-    lam, Q = np.linalg.eigh(S)
-    lam, Q = lam[:, ::-1], Q[:, :, ::-1]  # decreasing
-    weak = (
-        overflow
-        | (pivots.min(axis=-1) <= 1e3 * _CHOL_FLOOR * scale)
-        | ~(lam[:, -1] > _WEAK_FLOOR * lam[:, 0])
-    )
-    root4 = np.sqrt(np.sqrt(np.where(weak[:, None], 1.0, lam)))[:, None, :]
-    T_U = np.matmul(np.linalg.inv(L).transpose(0, 2, 1), Q) * root4
-    T_V = np.matmul(L, Q) / root4
-    U_bal, V_bal, sv = np.matmul(U, T_U), np.matmul(V, T_V), np.sqrt(np.maximum(lam, 0.0))
-    if weak.any():
-        with np.errstate(over="ignore", invalid="ignore"):  # checked below
-            try:
-                U_w, V_w, sv_w = _balance_eig(U[weak], V[weak], gram[:, weak])
-            except np.linalg.LinAlgError:
-                raise FloatingPointError(_DIVERGED) from None
-        if not (np.isfinite(U_w).all() and np.isfinite(V_w).all() and np.isfinite(sv_w).all()):
-            raise FloatingPointError(_DIVERGED)
-        U_bal[weak], V_bal[weak], sv[weak] = U_w, V_w, sv_w
-    return U_bal, V_bal, sv
 
-
-def _balance_eig(
-    U: np.ndarray, V: np.ndarray, gram: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_balance` through eigendecompositions, robust to rank-deficient factors.
-
-    With ``U^T U = R_U D_U R_U^T`` and ``V^T V = R_V D_V R_V^T`` and
-    ``D_U^{1/2} R_U^T R_V D_V^{1/2} = Q_U D Q_V^T`` (r x r SVD), ``T_U = R_U D_U^{-1/2} Q_U
-    D^{1/2}`` and ``T_V = R_V D_V^{-1/2} Q_V D^{1/2}``.  Eigenvalues below ``1e-13`` times the
-    largest are raised to that floor instead of being inverted as ~0: a null direction of
-    ``U`` (rank-deficient estimate) then comes out multiplied by a ~0 singular value rather
-    than as NaN.  ``gram`` holds ``U^T U`` and ``V^T V``, shape (2, N, r, r).
-    """
-    evals, evecs = np.linalg.eigh(gram)  # (2, N, r) increasing, (2, N, r, r)
-    evals = np.maximum(evals, _EIG_FLOOR * evals[..., -1:] + _TINY)
-    root = np.sqrt(evals)[..., None, :]
-    scaled = evecs * root  # R D^{1/2}
-    Q_U, sv, Q_Vt = np.linalg.svd(np.matmul(scaled[0].transpose(0, 2, 1), scaled[1]))
-    sqrt_sv = np.sqrt(sv)[:, None, :]
-    inv = evecs / root  # R D^{-1/2}
-    T_U = np.matmul(inv[0], Q_U * sqrt_sv)
-    T_V = np.matmul(inv[1], Q_Vt.transpose(0, 2, 1) * sqrt_sv)
-    return np.matmul(U, T_U), np.matmul(V, T_V), sv
+    U: np.ndarray
+    V: np.ndarray
+    XV: np.ndarray
+    XtU: np.ndarray
+    sv: np.ndarray
 
 
 class LowRankSGD:
     """Inverse-propensity weighted low-rank SGD for K reward matrices (Algorithm 1).
 
     Arm ``a`` is estimated by ``M_hat_a = U_a V_a^T`` with rank ``r`` factors.  At round
-    ``t`` only the pulled arm ``a = a_t`` moves (ALGORITHMS.md §3, eq. (8)):
+    ``t`` only the pulled arm ``a = a_t`` moves (docs/method.md §3, eq. (8)):
 
     ``res = y_t - <U V^T, X_t>``, ``U <- U + eta_t c w_t res X_t V``,
     ``V <- V + eta_t c w_t res X_t^T U``,
@@ -247,6 +143,12 @@ class LowRankSGD:
     :func:`agents.warm_start.nuclear_norm_fit`.  A rank-deficient start (``M_init`` with
     fewer than ``r`` non-zero singular values) cannot grow the missing directions: zero is
     a stationary point of the factored gradient.
+
+    Policies and inference wrappers that drive a round themselves use the per-round API:
+    :meth:`check_context` validates the context once, then :meth:`predict_validated`,
+    :meth:`pulled` and :meth:`step_validated` share its products (keyed by the context's
+    :meth:`fingerprint`); :attr:`arm_versions`, :attr:`batched_factors` and
+    :meth:`arm_factors` read the state without copying all of it.
 
     Examples
     --------
@@ -299,15 +201,9 @@ class LowRankSGD:
         self._initialized = False
         self._trials = np.arange(B)
         # Products of the current round's context with the factors, shared by predict(),
-        # the inference wrappers and update() (see _products_for).
-        self._fp_weights = np.random.default_rng(_FINGERPRINT_SEED).uniform(
-            1.0, 2.0, self.d1 * self.d2
-        )
-        self._version = 0
-        self._products: dict[str, Any] | None = None
-        # Per (trial, arm) counter bumped whenever those factors change, so that a caller
-        # that keeps copies (the inference wrappers) can tell which arms moved without
-        # comparing the factors.
+        # the inference wrappers and update().
+        self._product_cache = ProductCache(self.d1, self.d2, self.n_trials)
+        # Per (trial, arm) counter bumped whenever those factors change (arm_versions).
         self._arm_version = np.zeros((B, K), dtype=np.int64)
         # The V factors side by side, (B, d2, K, r), for the all-arm product of predict().
         self._V_cat = np.zeros((B, self.d2, K, self.rank))
@@ -452,7 +348,7 @@ class LowRankSGD:
         """
         self._require_init("update")
         B = self.n_trials
-        Xb, fp = self._check_context(X)
+        Xb, fp = self.check_context(X)
         a = check_actions(action, self.n_actions, B)
         y = check_rewards(reward, B)
         known = self.propensities == "known"
@@ -468,43 +364,216 @@ class LowRankSGD:
                 propensities, a, self.n_actions, B, require_chosen_positive=known
             )
         # ---- validated: nothing below raises on user input ---------------------------
-        res = self._step(Xb, a, y, p, fp)
+        res = self.step_validated(Xb, a, y, p, fp)
         return float(res[0]) if B is None else res
 
-    def _check_context(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Validate a context for this estimator: ``(Xb, fingerprint)`` with ``Xb`` in the
-        batched layout (B, d1, d2) (``B = 1`` unbatched) and its fingerprint (B,) (see
-        :meth:`_fingerprint`), the finiteness check and the product-cache key in one pass."""
-        X, fp = check_context_fingerprint(X, self.d1, self.d2, self.n_trials, self._fp_weights)
+    # ------------------------------------------------------------------ per-round API
+    def check_context(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Validate a context for this estimator (one pass over its entries).
+
+        Parameters
+        ----------
+        X : array_like of shape (d1, d2), or (B, d1, d2) batched
+
+        Returns
+        -------
+        Xb : ndarray of shape (B, d1, d2)
+            The context in the batched layout (``B = 1`` unbatched).
+        fingerprint : ndarray of shape (B,)
+            Its :meth:`fingerprint`, which is both the finiteness check and the key of the
+            round's products: pass it on to :meth:`predict_validated`, :meth:`pulled` and
+            :meth:`step_validated`.
+
+        Raises
+        ------
+        ValueError
+            If ``X`` is not a real array of the right shape or has a non-finite entry.
+        """
+        X, fp = check_context_fingerprint(
+            X, self.d1, self.d2, self.n_trials, self._product_cache.weights
+        )
         return (X if self.n_trials is not None else X[None]), fp
 
-    def _step(
+    def fingerprint(self, Xb: np.ndarray) -> np.ndarray:
+        """Per-trial ``<X, W>`` with fixed weights ``W`` drawn once in ``[1, 2)`` (one GEMV).
+
+        It tells whether a context is the one the round's products were computed for, so
+        a round's prediction, the inference wrappers' snapshot and the step share one
+        ``X V`` and one ``Xᵀ U`` however the caller copied or reshaped the array in between,
+        while an array edited in place is recomputed.  Since no weight is zero, a non-finite
+        entry makes it non-finite: it doubles as a finiteness check.
+
+        Parameters
+        ----------
+        Xb : ndarray of shape (B, d1, d2)
+            Contexts in the batched layout (``B = 1`` unbatched); not validated.
+
+        Returns
+        -------
+        ndarray of shape (B,)
+        """
+        return self._product_cache.fingerprint(Xb)
+
+    def predict_validated(
+        self, Xb: np.ndarray, fingerprint: np.ndarray | None = None
+    ) -> np.ndarray:
+        """:meth:`predict` on a validated context, in the batched layout.
+
+        Parameters
+        ----------
+        Xb : ndarray of shape (B, d1, d2)
+            Contexts from :meth:`check_context` (assumed validated).
+        fingerprint : ndarray of shape (B,), optional
+            Their fingerprint from :meth:`check_context`; computed if omitted.
+
+        Returns
+        -------
+        ndarray of shape (B, K)
+            ``<M_hat_a, X>`` for every trial and arm.
+        """
+        XV = self._product_cache.all_arm_products(Xb, self._V_cat, fingerprint)
+        if engine.compiled():
+            from agents import kernels
+
+            preds = np.empty((XV.shape[0], self.n_actions))
+            kernels.predictions(XV, self._U, preds)
+            return preds
+        return np.einsum("bikr,bkir->bk", XV, self._U)
+
+    def pulled(
+        self, Xb: np.ndarray, actions: np.ndarray, fingerprint: np.ndarray | None = None
+    ) -> PulledArms:
+        """What the pulled arms' factors are before the step, and their products with ``X``.
+
+        The products are the ones :meth:`step_validated` then uses on the same context
+        (cached for the round), so a caller that snapshots the round computes nothing twice.
+
+        Parameters
+        ----------
+        Xb : ndarray of shape (B, d1, d2)
+            Contexts from :meth:`check_context` (assumed validated).
+        actions : ndarray of int64, shape (B,)
+            The pulled arms (assumed validated).
+        fingerprint : ndarray of shape (B,), optional
+            The fingerprint of ``Xb`` from :meth:`check_context`; computed if omitted.
+
+        Returns
+        -------
+        PulledArms
+            ``U``, ``V``, ``XV``, ``XtU`` (read-only by convention: they are shared with the
+            cache; unbatched, ``U`` and ``V`` are views of the factors, so copy them to keep
+            them past the step) and ``sv`` (a copy).
+        """
+        U, V, XV, XtU = self._product_cache.pulled(Xb, actions, self._U, self._V, fingerprint)
+        return PulledArms(U, V, XV, XtU, self._sv[self._trials, actions])
+
+    def step_validated(
         self,
         Xb: np.ndarray,
-        a: np.ndarray,
-        y: np.ndarray,
-        p: np.ndarray | None,
-        fp: np.ndarray | None = None,
-    ):
-        """:meth:`update` on validated arrays in the batched layout (``B = 1`` unbatched):
-        ``Xb`` (B, d1, d2), ``a`` and ``y`` (B,), ``p`` (B, K) or None, ``fp`` the context's
-        fingerprint if the caller has it; returns ``res``.
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        propensities: np.ndarray | None,
+        fingerprint: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """:meth:`update` on validated arrays in the batched layout: one step of eq. (8).
 
-        Both APIs run the same arithmetic on (B, ., .) stacks, so that a batched run equals B
-        unbatched runs bit for bit; the unbatched API only swaps the fancy-indexed
-        gather/scatter for cheaper basic indexing.
+        Parameters
+        ----------
+        Xb : ndarray of shape (B, d1, d2)
+            Contexts from :meth:`check_context` (assumed validated).
+        actions : ndarray of int64, shape (B,)
+            Pulled arms ``a_t`` (assumed validated).
+        rewards : ndarray of shape (B,)
+            Observed ``y_t`` (assumed finite).
+        propensities : ndarray of shape (B, K) or None
+            ``pi_t(a)`` for every arm (assumed validated, positive at the pulled arm); only
+            read with ``propensities="known"``.
+        fingerprint : ndarray of shape (B,), optional
+            The fingerprint of ``Xb`` from :meth:`check_context`; computed if omitted.
+
+        Returns
+        -------
+        ndarray of shape (B,)
+            The residuals ``y_t - <M_hat_{a_t, t-1}, X_t>`` before the step.
+
+        Raises
+        ------
+        FloatingPointError
+            If the step produced non-finite factors (the iteration diverged); the state is
+            then unchanged.
+
+        Notes
+        -----
+        Both APIs run the same arithmetic on (B, ., .) stacks, so that a batched run equals
+        B unbatched runs bit for bit (but see
+        :func:`agents.product_cache.context_products` for one large context); the
+        unbatched API only swaps the fancy-indexed gather/scatter for basic indexing.
         """
-        if self.propensities == "known":
-            coef = (self._eta(self._t + 1) * self.c) / p[self._trials, a]
-        else:
+        a, y = actions, rewards
+        if self.propensities == "known":  # eta_t c w_t with w_t = 1 / pi_t(a_t)
+            coef = (self._eta(self._t + 1) * self.c) / propensities[self._trials, a]
+        else:  # Algorithm 4: w_t = 1, eta indexed by the arm's own update count
             coef = self.step_size(self._counts[self._trials, a] + 1) * self.c
-        U, V, XV, XtU = self._pulled(Xb, a, fp)  # not modified in place below
+        # The pulled arms' balanced factors and X V, Xᵀ U (not modified in place below).
+        U, V, XV, XtU = self._product_cache.pulled(Xb, a, self._U, self._V, fingerprint)
         if engine.compiled():
             return self._step_compiled(a, y, coef, XV, XtU)
+        # eq. (8): res = y - <U V^T, X> = y - <U, X V>,
+        #          U <- U + eta c w res X V,  V <- V + eta c w res X^T U,
+        # then the balancing of Lemma 2.1, so that the next step starts from balanced factors.
         res = y - np.matmul(XV.reshape(len(y), 1, -1), U.reshape(len(y), -1, 1))[:, 0, 0]
         step = (coef * res)[:, None, None]
-        U_bal, V_bal, sv = _balance(U + step * XV, V + step * XtU)
-        if self.n_trials is None:
+        self._store_pulled(a, *balance(U + step * XV, V + step * XtU))
+        return res
+
+    @property
+    def arm_versions(self) -> np.ndarray:
+        """Per (trial, arm) counter bumped whenever those factors change.
+
+        A caller that keeps copies of factors (the inference wrappers) tells which arms
+        moved by comparing versions instead of factors.  A read-only view of shape (B, K),
+        int64 (``B = 1`` unbatched) that follows the estimator: copy it to keep a snapshot.
+        """
+        view = self._arm_version.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def batched_factors(self) -> tuple[np.ndarray, np.ndarray]:
+        """Read-only views ``(U, V)`` of the balanced factors in the batched layout.
+
+        Shapes (B, K, d1, r) and (B, K, d2, r) (``B = 1`` unbatched).  The views follow the
+        steps, but :meth:`initialize` and :meth:`load_state_dict` replace the arrays: read
+        the property again after those.  :attr:`factors` returns copies instead.
+        """
+        U, V = self._U.view(), self._V.view()
+        U.flags.writeable = False
+        V.flags.writeable = False
+        return U, V
+
+    def arm_factors(self, trials: Any, arms: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Gathered copies ``(U[trials, arms], V[trials, arms])`` of chosen arms' factors.
+
+        Parameters
+        ----------
+        trials, arms : array_like of int
+            Index arrays (broadcast together) of the (trial, arm) pairs, e.g. from
+            ``np.nonzero`` of a comparison of :attr:`arm_versions`; assumed in range.
+
+        Returns
+        -------
+        U : ndarray of shape (N, d1, r)
+        V : ndarray of shape (N, d2, r)
+            For ``N`` broadcast pairs.
+        """
+        return self._U[trials, arms], self._V[trials, arms]
+
+    # ------------------------------------------------------------------ state changes
+    def _store_pulled(
+        self, a: np.ndarray, U_bal: np.ndarray, V_bal: np.ndarray, sv: np.ndarray
+    ) -> None:
+        """Write the pulled arms' new balanced factors (nothing here raises)."""
+        if self.n_trials is None:  # basic indexing: cheaper than the gather/scatter
             a0 = int(a[0])
             self._U[0, a0] = U_bal[0]
             self._V[0, a0] = V_bal[0]
@@ -518,111 +587,25 @@ class LowRankSGD:
             self._counts[self._trials, a] += 1
             self._V_cat[self._trials, :, a] = V_bal
         self._t += 1
-        self._version += 1
-        self._products = None
+        self._product_cache.invalidate()
         self._arm_version[self._trials, a] += 1
-        return res
 
     def _step_compiled(self, a, y, coef, XV, XtU) -> np.ndarray:
-        """The rest of :meth:`_step` by the numba kernels (:mod:`agents._kernels`): the same
-        arithmetic, one loop over trials; pairs the kernel flags as nearly rank-deficient are
-        balanced by :func:`_balance`, as the numpy engine would."""
-        from agents import _kernels
+        """The rest of :meth:`step_validated` by the numba kernels (engine "numba"): the same
+        arithmetic, one loop over trials (:func:`agents.kernels.step_pulled`)."""
+        from agents import kernels
 
-        B, r = len(a), self.rank
-        a = np.ascontiguousarray(a, dtype=np.int64)
-        U_new = np.empty((B, self.d1, r))
-        V_new = np.empty((B, self.d2, r))
-        sv_new = np.empty((B, r))
-        res = np.empty(B)
-        status = np.empty(B, dtype=np.int8)
-        coef = np.broadcast_to(np.asarray(coef, dtype=np.float64), (B,))
-        _kernels.sgd_step(self._U, self._V, a, y, coef, XV, XtU, U_new, V_new, sv_new, res, status)
-        if status.any():
-            if (status == _kernels.NONFINITE).any():
-                raise FloatingPointError(_DIVERGED)
-            weak = status == _kernels.WEAK
-            U_new[weak], V_new[weak], sv_new[weak] = _balance(U_new[weak], V_new[weak])
-        # ---- nothing below raises: the state changes only now ------------------------
-        _kernels.write_pulled(
-            self._U,
-            self._V,
-            self._sv,
-            self._V_cat,
-            self._counts,
-            self._arm_version,
-            a,
-            U_new,
-            V_new,
-            sv_new,
-        )
+        state = (self._U, self._V, self._sv, self._V_cat, self._counts, self._arm_version)
+        res = kernels.step_pulled(*state, a, y, coef, XV, XtU)
         self._t += 1
-        self._version += 1
-        self._products = None
+        self._product_cache.invalidate()
         return res
 
-    # ------------------------------------------------------------------ shared products
     def _factors_changed(self) -> None:
         """Every arm's factors were set (initialize, load_state_dict)."""
-        self._version += 1
-        self._products = None
+        self._product_cache.invalidate()
         self._arm_version += 1
         self._V_cat = np.ascontiguousarray(self._V.transpose(0, 2, 1, 3))
-
-    def _fingerprint(self, Xb: np.ndarray) -> np.ndarray:
-        """Per-trial ``<X, W>`` with fixed weights drawn once in [1, 2) (one GEMV).
-
-        It tells whether a context is the one products were computed for, so a round's
-        ``predict``, the inference wrappers' snapshot and ``update`` share one ``X V`` and
-        one ``Xᵀ U`` however the caller copied or reshaped the array in between, while an
-        array edited in place is recomputed.
-        """
-        with np.errstate(over="ignore", invalid="ignore"):  # callers check it is finite
-            return Xb.reshape(Xb.shape[0], -1) @ self._fp_weights
-
-    def _products_for(self, Xb: np.ndarray, fp: np.ndarray | None = None) -> dict[str, Any]:
-        """The product cache for context ``Xb`` (B, d1, d2) under the current factors
-        (``fp``: its fingerprint, if the caller computed it while validating ``Xb``)."""
-        if fp is None:
-            fp = self._fingerprint(Xb)
-        c = self._products
-        if c is None or c["version"] != self._version or not np.array_equal(c["fp"], fp):
-            c = self._products = {"version": self._version, "fp": fp}
-        return c
-
-    def _all_arm_products(self, Xb: np.ndarray, fp: np.ndarray | None = None) -> np.ndarray:
-        """``X V_a`` for every arm, shape (B, d1, K, r): one product with the arms'
-        ``V`` factors side by side (cached for the round)."""
-        c = self._products_for(Xb, fp)
-        if "XV" not in c:
-            B, K, r = self._B, self.n_actions, self.rank
-            V_cat = self._V_cat.reshape(B, self.d2, K * r)
-            c["XV"] = np.matmul(Xb, V_cat).reshape(B, self.d1, K, r)
-        return c["XV"]
-
-    def _pulled(
-        self, Xb: np.ndarray, a: np.ndarray, fp: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The pulled arms' current factors ``U_a`` (B, d1, r), ``V_a`` (B, d2, r) and the
-        products ``X V_a`` (B, d1, r), ``Xᵀ U_a`` (B, d2, r), cached for the round: the
-        inference wrappers' snapshot and :meth:`update` share them.  The arrays are read-only
-        by convention (the unbatched ``U_a``, ``V_a`` are views of the factors)."""
-        c = self._products_for(Xb, fp)
-        pulled = c.get("pulled")
-        if pulled is not None and np.array_equal(pulled[0], a):
-            return pulled[1:]
-        if self.n_trials is None:
-            a0 = int(a[0])
-            U, V = self._U[0, a0][None], self._V[0, a0][None]
-        else:
-            U, V = self._U[self._trials, a], self._V[self._trials, a]  # gathered copies
-        if "XV" in c:  # predict() has run on this context
-            XV = c["XV"][np.arange(len(a)), :, a, :]
-            XtU = _context_products(Xb, U, V, xv=False)[1]
-        else:
-            XV, XtU = _context_products(Xb, U, V)
-        c["pulled"] = (np.array(a, copy=True), U, V, XV, XtU)
-        return U, V, XV, XtU
 
     # ------------------------------------------------------------------ read-outs
     def predict(self, X: Any) -> np.ndarray:
@@ -640,20 +623,8 @@ class LowRankSGD:
         ndarray of shape (K,) or (B, K)
         """
         self._require_init("predict")
-        Xb, fp = self._check_context(X)
-        return self._out(self._predict(Xb, fp))
-
-    def _predict(self, Xb: np.ndarray, fp: np.ndarray | None = None) -> np.ndarray:
-        """:meth:`predict` on a validated (B, d1, d2) stack (``fp``: its fingerprint, if
-        known); returns (B, K)."""
-        XV = self._all_arm_products(Xb, fp)
-        if engine.compiled():
-            from agents import _kernels
-
-            preds = np.empty((XV.shape[0], self.n_actions))
-            _kernels.predictions(XV, self._U, preds)
-            return preds
-        return np.einsum("bikr,bkir->bk", XV, self._U)
+        Xb, fp = self.check_context(X)
+        return self._out(self.predict_validated(Xb, fp))
 
     @property
     def estimates(self) -> np.ndarray:

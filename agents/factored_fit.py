@@ -15,7 +15,7 @@ spectral start, so it is the solver for large batches of trials (the Monte Carlo
 Layout: a trial's contexts are processed as one ``(d1, n, d2)`` array, in which both
 products a sweep needs are single GEMMs over all rounds and all arms at once,
 ``X V = (d1·n × d2)(d2 × K r)`` and ``Uᵀ X = (K r × d1)(d1 × n·d2)``.
-:class:`agents.warm_start.WarmStartBuffer` stores its contexts in that layout, so no copy of
+:class:`agents.warm_start_buffer.WarmStartBuffer` stores its contexts in that layout, so no copy of
 the data is made; other inputs are transposed once per trial.
 """
 
@@ -137,7 +137,7 @@ def factored_nuclear_norm_fit(
     ----------
     X : ndarray (B, n, d1, d2)
         Contexts (float32 or float64; float32 halves the memory traffic).  A transposed
-        view of ``(B, d1, n, d2)`` storage (as :class:`~agents.warm_start.WarmStartBuffer`
+        view of ``(B, d1, n, d2)`` storage (as :class:`~agents.warm_start_buffer.WarmStartBuffer`
         returns) is used without a copy.
     actions, rewards : ndarray (B, n)
     n_actions, rank : int

@@ -53,9 +53,15 @@ class LowRankPolicy(PolicyBase):
         step_offset: float = 300,
         step_decay: float = 0.99,
         seed=None,
-        **sizes: Any,
+        d1: int | None = None,
+        d2: int | None = None,
+        n_actions: int | None = None,
+        context: str | None = None,
+        n_trials: int | None = None,
     ):
-        super().__init__(env, seed=seed, **sizes)
+        super().__init__(
+            env, seed=seed, d1=d1, d2=d2, n_actions=n_actions, context=context, n_trials=n_trials
+        )
         self.estimator = LowRankSGD(
             self.d1,
             self.d2,
@@ -87,7 +93,7 @@ class LowRankPolicy(PolicyBase):
         """Validate an observation through the estimator: ``(B, d1, d2)``, and its
         fingerprint in ``self._fingerprint`` for the estimator's product cache (one pass over
         the context checks it and keys the products that act() and update() share)."""
-        x, self._fingerprint = self.estimator._check_context(self._unflatten(obs))
+        x, self._fingerprint = self.estimator.check_context(self._unflatten(obs))
         return x
 
     @property
@@ -109,7 +115,7 @@ class LowRankPolicy(PolicyBase):
         if self.in_warm_start:
             return np.full((x.shape[0], self.n_actions), 1.0 / self.n_actions)
         # x is validated (B, d1, d2) (B = 1 unbatched), the estimator's internal layout.
-        return self._greedy_probs(self.estimator._predict(x, self._fingerprint))
+        return self._greedy_probs(self.estimator.predict_validated(x, self._fingerprint))
 
     def _greedy_probs(self, preds: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -123,14 +129,14 @@ class LowRankPolicy(PolicyBase):
         props = check_propensities(props if b is not None else props[0], actions, self.n_actions, b)
         if self.in_warm_start:
             # x, actions and rewards were validated by update(); weights are 1 (uniform).
-            self._buffer._store(x, actions, rewards, 1.0)
+            self._buffer.add_validated(x, actions, rewards, 1.0)
             if self._buffer.full:
                 self.estimator.initialize(self._buffer.fit(context=self.context, rank=self.rank))
                 self._buffer.release()  # the bounded buffer is only needed once
                 self._buffer = None
             return
         # Everything is validated, in the estimator's batched layout (B = 1 unbatched).
-        self.estimator._step(x, actions, rewards, props, self._fingerprint)
+        self.estimator.step_validated(x, actions, rewards, props, self._fingerprint)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -156,14 +162,45 @@ def _greedy_mask(preds: np.ndarray) -> np.ndarray:
 
 
 class EpsilonGreedy(LowRankPolicy):
-    """ε-greedy on the low-rank estimate (ALGORITHMS.md §2).
+    """ε-greedy on the low-rank estimate (docs/method.md §2).
 
     The greedy arm gets ``1 − ε_t + ε_t/K`` and every other arm ``ε_t/K``; ties split the
     greedy mass uniformly.  ``ε_t = epsilon`` if ``decay == 0`` else ``epsilon·t^{-decay}``
     with ``t`` the online round (after the warm start), the paper's ``p0·t^{-β}``.
+
+    Parameters
+    ----------
+    env : gymnasium.Env or VectorEnv, optional
+        ``MatrixContextBandit-v0`` (single or vector); sizes are read from it.
+    epsilon : float, default 0.1
+        Exploration probability ``ε`` (or ``p0`` with ``decay``), in (0, 1].
+    decay : float, default 0.0
+        ``β`` of ``ε_t = epsilon·t^{-β}``; 0 keeps ε constant.
+    rank, warm_start, M_init, step_scale, step_offset, step_decay, seed
+        As in :class:`LowRankPolicy`.
+    d1, d2, n_actions, context, n_trials
+        Sizes for streams without an environment.
     """
 
-    def __init__(self, env=None, *, epsilon: float = 0.1, decay: float = 0.0, **kwargs):
+    def __init__(
+        self,
+        env=None,
+        *,
+        epsilon: float = 0.1,
+        decay: float = 0.0,
+        rank: int = 3,
+        warm_start: int = DEFAULT_WARM_START_ROUNDS,
+        M_init=None,
+        step_scale: float = 0.1,
+        step_offset: float = 300,
+        step_decay: float = 0.99,
+        seed=None,
+        d1: int | None = None,
+        d2: int | None = None,
+        n_actions: int | None = None,
+        context: str | None = None,
+        n_trials: int | None = None,
+    ):
         eps = float(epsilon)
         if not (0.0 < eps <= 1.0):
             raise ValueError(f"epsilon must be in (0, 1]; got {epsilon!r}")
@@ -171,7 +208,21 @@ class EpsilonGreedy(LowRankPolicy):
             raise ValueError(f"decay must be finite and >= 0; got {decay!r}")
         self.epsilon = eps
         self.decay = float(decay)
-        super().__init__(env, **kwargs)
+        super().__init__(
+            env,
+            rank=rank,
+            warm_start=warm_start,
+            M_init=M_init,
+            step_scale=step_scale,
+            step_offset=step_offset,
+            step_decay=step_decay,
+            seed=seed,
+            d1=d1,
+            d2=d2,
+            n_actions=n_actions,
+            context=context,
+            n_trials=n_trials,
+        )
 
     def epsilon_at(self, t: int) -> float:
         """ε_t for online round ``t ≥ 1``."""
@@ -197,7 +248,7 @@ class EpsilonGreedy(LowRankPolicy):
             actions = self.rng.integers(0, self.n_actions, size=b)
             explored = np.ones(b, dtype=bool)
         else:
-            preds = self.estimator._predict(x, self._fingerprint)  # x: validated by _batch
+            preds = self.estimator.predict_validated(x, self._fingerprint)  # x: validated by _batch
             eps = self.epsilon_at(self.online_rounds + 1)
             mask = _greedy_mask(preds)
             probs = (1.0 - eps) * mask / mask.sum(axis=-1, keepdims=True) + eps / self.n_actions
@@ -212,13 +263,56 @@ class EpsilonGreedy(LowRankPolicy):
 
 
 class Softmax(LowRankPolicy):
-    """Boltzmann exploration ``π_t(a) ∝ exp(<M̂_a, X_t>/τ)`` (ALGORITHMS.md §2; paper: τ = 1)."""
+    """Boltzmann exploration ``π_t(a) ∝ exp(<M̂_a, X_t>/τ)`` (docs/method.md §2; paper: τ = 1).
 
-    def __init__(self, env=None, *, temperature: float = 1.0, **kwargs):
+    Parameters
+    ----------
+    env : gymnasium.Env or VectorEnv, optional
+        ``MatrixContextBandit-v0`` (single or vector); sizes are read from it.
+    temperature : float, default 1.0
+        ``τ > 0``.
+    rank, warm_start, M_init, step_scale, step_offset, step_decay, seed
+        As in :class:`LowRankPolicy`.
+    d1, d2, n_actions, context, n_trials
+        Sizes for streams without an environment.
+    """
+
+    def __init__(
+        self,
+        env=None,
+        *,
+        temperature: float = 1.0,
+        rank: int = 3,
+        warm_start: int = DEFAULT_WARM_START_ROUNDS,
+        M_init=None,
+        step_scale: float = 0.1,
+        step_offset: float = 300,
+        step_decay: float = 0.99,
+        seed=None,
+        d1: int | None = None,
+        d2: int | None = None,
+        n_actions: int | None = None,
+        context: str | None = None,
+        n_trials: int | None = None,
+    ):
         if not (np.isfinite(temperature) and temperature > 0):
             raise ValueError(f"temperature must be finite and > 0; got {temperature!r}")
         self.temperature = float(temperature)
-        super().__init__(env, **kwargs)
+        super().__init__(
+            env,
+            rank=rank,
+            warm_start=warm_start,
+            M_init=M_init,
+            step_scale=step_scale,
+            step_offset=step_offset,
+            step_decay=step_decay,
+            seed=seed,
+            d1=d1,
+            d2=d2,
+            n_actions=n_actions,
+            context=context,
+            n_trials=n_trials,
+        )
 
     def _greedy_probs(self, preds: np.ndarray) -> np.ndarray:
         z = (preds - preds.max(axis=-1, keepdims=True)) / self.temperature

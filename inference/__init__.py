@@ -1,4 +1,4 @@
-"""Valid online inference on adaptively collected data (ALGORITHMS.md §4-5).
+"""Valid online inference on adaptively collected data (docs/method.md §4-5).
 
 Core estimators work on any stream ``(X_t, a_t, y_t, π_t)`` with a predictable low-rank
 estimate; the wrappers run them while any agent plays a ``MatrixContextBandit-v0``.

@@ -1,29 +1,107 @@
 """Compiled (numba) kernels of the online debiasing (engine "numba", :mod:`lrbandit_gym.engine`).
 
-They run, one trial at a time, what
-:meth:`inference.linear_form._DebiasedLinearForm._absorb_parts` does with stacked numpy calls
+:func:`absorb_balanced` runs, one trial at a time, what
+:meth:`inference.linear_form._DebiasedLinearForm.absorb_parts` does with stacked numpy calls
 for balanced factors (as :class:`agents.LowRankSGD` stores them): queueing the held
-estimates of the arms that moved (the queue a GEMM adds to the accumulators every few
-rounds), then the pulled arm's residual, ``<G_t, X_t>`` from the targets' singular triplets,
-the ``sigma^2`` and ``S^2`` sums and the correction term of Algorithm 2, in one loop over
-trials (:func:`absorb_round`).  Imported only when numba runs.
+estimates of the arms that moved (:mod:`inference.held_queue`), then the pulled arm's
+residual, ``<G_t, X_t>`` from the targets' singular triplets
+(:mod:`inference.tangent_space`), the ``sigma^2`` and ``S^2`` sums and the correction term
+of Algorithm 2, in one loop over trials.  Imported only when numba runs.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numba import njit
 
-from inference.linear_form import _EIG_FLOOR  # the numpy engine's floor for the bases
+from inference._thresholds import EIG_FLOOR
+
+if TYPE_CHECKING:
+    from inference.held_queue import DebiasedSum
+    from inference.tangent_space import TargetTriplets
+
+__all__ = ["absorb_balanced", "absorb_round"]
+
+
+def absorb_balanced(
+    sums: DebiasedSum,
+    triplets: TargetTriplets,
+    changes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    Ua: np.ndarray,
+    Va: np.ndarray,
+    X: np.ndarray,
+    action: np.ndarray,
+    reward: np.ndarray,
+    weight: np.ndarray,
+    products: tuple[np.ndarray, np.ndarray, np.ndarray],
+    *,
+    c: float,
+    kappa: float,
+    debias: bool,
+    sigma_sum: np.ndarray,
+    S2_sum: np.ndarray,
+    pulls: np.ndarray,
+) -> None:
+    """One round of balanced factors into ``sums`` and the running sums, in place.
+
+    The arguments are those of
+    :meth:`inference.linear_form._DebiasedLinearForm.absorb_parts`, plus the state it
+    updates: ``sums`` (the queue and accumulator of ``sum_t M_tilde``), the targets'
+    ``triplets``, ``c``, ``kappa``, whether the correction is added (``debias``) and the
+    ``sigma^2``, ``S^2`` and pull counts.
+    """
+    bi, ki, U_new, V_new = changes
+    if bi.size > 1 and (np.diff(bi) < 0).any():  # the kernel walks the changes by trial
+        order = np.argsort(bi, kind="stable")
+        bi, ki, U_new, V_new = bi[order], ki[order], U_new[order], V_new[order]
+    XV, XtU, sq = products
+    queued = absorb_round(
+        bi,
+        ki,
+        U_new,
+        V_new,
+        sums.held,
+        sums.last_U,
+        sums.last_V,
+        sums.ring_U,
+        sums.ring_V,
+        sums.ring_n,
+        Ua,
+        Va,
+        XV,
+        XtU,
+        sq,
+        X.reshape(X.shape[0], -1),
+        action,
+        reward,
+        weight,
+        c,
+        kappa,
+        triplets.x_rows,
+        triplets.y_rows,
+        triplets.Xs_sub,
+        triplets.Ys_sub,
+        triplets.Sw,
+        debias,
+        sigma_sum,
+        S2_sum,
+        sums.acc,
+        pulls,
+    )
+    sums.advance(queued)
 
 
 @njit(cache=True)
 def _hold_trial(b, j, bi, ki, U_new, V_new, held, last_U, last_V, ring_U, ring_V, slot):
-    """Trial ``b``'s changes ``j, j+1, ...`` (``bi`` sorted by trial): queue ``held * U V^T``
-    of the old factors in ring ``slot`` (as transposed factors, see
-    ``_DebiasedLinearForm._hold``), store the new ones, reset their count; then every arm of
-    the trial is held one more round.  Returns the index of the next trial's changes and
-    whether a term was queued."""
+    """Trial ``b``'s changes ``j, j+1, ...`` (``bi`` sorted by trial).
+
+    Queue ``held * U V^T`` of the old factors in ring ``slot`` (as transposed factors, see
+    :meth:`inference.held_queue.DebiasedSum.hold`), store the new ones, reset their count;
+    then every arm of the trial is held one more round.  Returns the index of the next
+    trial's changes and whether a term was queued.
+    """
     K, d1, r = last_U.shape[1], last_U.shape[2], last_U.shape[3]
     d2 = last_V.shape[2]
     queued = False
@@ -118,7 +196,7 @@ def absorb_round(
         for s in range(r):
             top = max(top, sq[b, s])
         for s in range(r):
-            keep = sq[b, s] > _EIG_FLOOR * top and top > 0.0
+            keep = sq[b, s] > EIG_FLOOR * top and top > 0.0
             q[s] = 1.0 / sq[b, s] if keep else 0.0  # (D^{-1/2})^2
         for ll in range(R):
             for s in range(r):

@@ -121,4 +121,4 @@ class ExplorationOnlyInference(_DebiasedLinearForm):
             where = f" (trial {i})" if self.batched else ""
             raise ValueError(f"epsilon must be in (0, 1], got {eps[i]!r}{where}")
         weight = np.where(flags, self.n_actions / eps, 0.0)
-        self._absorb(Ub, Vb, Xb, a, y, weight)
+        self.absorb(Ub, Vb, Xb, a, y, weight)

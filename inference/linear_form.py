@@ -1,35 +1,24 @@
 """Online inference on linear forms ``<M_i, T>`` of the arms' parameters (Section 3).
 
-:class:`LinearFormInference` implements the online debiasing of Algorithm 2, the variance
-estimators ``sigma_hat_i^2`` and ``S_hat_i^2`` of Section 3.3, the low-rank projection
-and Wald interval of Algorithm 3, and the two-arm contrast of Corollary 3.3
-(ALGORITHMS.md §4).  Everything is a running sum: memory is ``O(K d1 d2)`` per trial and
-the per-round cost does not grow with the number of rounds.
+Algorithms 2-3 of the paper (docs/method.md §4).  Per round ``t`` and arm ``i``, with
+``M̂ = M̂_{i,t−1}`` the estimate *before* round ``t``'s update, ``res_t = y_t − <M̂, X_t>`` and
+``c = 1`` (gaussian contexts) or ``d1·d2`` (completion, Appendix C)::
 
-How a round is absorbed (``B`` trials in lock step, ``K`` arms, rank ``r``)
---------------------------------------------------------------------------
-* ``sum_t M_hat_{i,t-1}``: an estimate only changes when its arm is pulled, so each arm keeps
-  the factors it was last given and a count of rounds they have been *held*.  Factors that
-  differ from the stored ones (compared exactly, so no assumption about the caller; the
-  wrappers instead pass the arms whose :class:`agents.LowRankSGD` version changed) first
-  queue ``held * U V^T``, which one GEMM adds to the arm's accumulator every ``_RING``
-  rounds.  With an SGD agent only the previous round's pulled arm changes: one
-  ``d1 x d2 x r`` product per trial per round, not ``K``.
-* The correction ``c 1{a_t=i}/pi_t(i) (y_t - <M_hat, X_t>) X_t`` goes into the same
-  accumulator (only the pulled arm's is touched).
-* ``S_i^2`` needs ``<G_t, X_t>`` for the pulled arm only.  Orthonormal bases come from the
-  ``r x r`` Gram matrices (``Q_U = U L^{-T}`` from ``U^T U = L L^T``, or
-  ``U R_U D_U^{-1/2}`` from its eigendecomposition when ill-conditioned), and
+    M̃_{i,t}    = M̂ + c·1{a_t=i}/π_t(i)·res_t·X_t               Algorithm 2
+    M^unbs_i   = (1/n) Σ_t M̃_{i,t}                              eq. (11)
+    m̂_i        = <M^proj_i, T>, M^proj_i the rank-r SVD         eq. (12), Algorithm 3
+                 truncation of M^unbs_i
+    σ̂²_i       = (1/n) Σ_t 1{a_t=i}/π_t(i)·res_t²               eq. (13)
+    Ŝ²_i       = (1/n) Σ_t 1{a_t=i}/π_t(i)²·c²·<G_t, X_t>²       eq. (14)
+    interval     m̂_i ± z·σ̂_i·Ŝ_i/√n                             eq. (15)
+    difference   (m̂_a − m̂_b) ± z·√((σ̂²_a·Ŝ²_a + σ̂²_b·Ŝ²_b)/n)   Corollary 3.3
 
-  ``<G, X> = <T, X P_V> + <T, P_U X> - kappa <T, P_U X P_V>``
-
-  with ``kappa = 2`` for the paper's ``G = P_U⊥ T P_V + P_U T P_V⊥`` and ``kappa = 1`` for
-  the tangent-space projection ``G = T - P_U⊥ T P_V⊥``.  Each term is evaluated from
-  ``X Q_V`` (d1 x r) and ``Q_U^T X`` (r x d2) and the targets' singular triplets
-  ``T = sum_l s_l x_l y_l^T`` (computed once), e.g. ``<x y^T, P_U X> =
-  (Q_U^T x) . (Q_U^T X y)``; no ``d1 x d2`` projector is ever formed, and only the rows
-  in the triplets' support are read: ``O(r^2)`` per triplet for ``e_i e_j^T`` targets,
-  ``O(r (d1 + d2))`` for dense ones.
+Everything is a running sum: memory is ``O(K d1 d2)`` per trial and the per-round cost does
+not grow with the number of rounds.  The machinery that keeps a round cheap lives beside
+this module: :mod:`inference.held_queue` (``Σ_t M̃`` with the held estimates queued
+and added by one GEMM every few rounds), :mod:`inference.tangent_space` (``<M̂, X_t>``
+and ``<G_t, X_t>`` from ``r x r`` algebra, never a ``d1 x d2`` projector) and
+:mod:`inference._kernels` (the same round compiled by numba).
 """
 
 from __future__ import annotations
@@ -38,14 +27,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from scipy.linalg.blas import daxpy as _daxpy
 
+from inference._persistence import check_config, check_count, copy_arrays
+from inference.held_queue import DebiasedSum
 from inference.results import (
     IntervalEstimate,
     normal_interval,
     trials_phrase,
     warn_insufficient,
 )
+from inference.tangent_space import TargetTriplets, pulled_arm_terms
 from lrbandit_gym import engine
 from lrbandit_gym.validation import (
     check_actions,
@@ -71,108 +62,9 @@ _PROJECTIONS = ("tangent", "paper")
 # the low-rank estimate itself).  A study that cannot tell them from the real procedure
 # has no power to certify it.
 _ABLATIONS = (None, "no_ipw", "no_debias")
-# An eigenvalue of U^T U below this fraction of the largest counts as zero: that direction
-# is dropped from the basis instead of being divided by ~0.
-_EIG_FLOOR = 1e-12
-# Cholesky is ~10x cheaper than eigh for a stack of r x r matrices; a trial whose smallest
-# pivot L_jj^2 is below this fraction of the largest diagonal entry of U^T U is redone with
-# eigh (det = prod L_jj^2, so a tiny eigenvalue forces some small pivot).
-_CHOL_FLOOR = 1e-6
-# Singular values of a target below this fraction of its largest are dropped.
-_TARGET_FLOOR = 1e-13
-# Rounds of held * U V^T terms queued before they are added to the accumulators in one GEMM
-# (a bounded buffer of factors, never of contexts).
-_RING = 16
 
-
-def _inverse_column_norms(F: np.ndarray, sq: np.ndarray | None = None) -> np.ndarray:
-    """``diag(FᵀF)^{-1/2}`` as (B, r) for factors with orthogonal columns, so that
-    ``F * s[:, None, :]`` is orthonormal (zero columns stay 0); ``sq``: the squared column
-    norms when known (the singular values, for balanced factors)."""
-    if sq is None:
-        sq = np.einsum("bir,bir->br", F, F)
-    top = sq.max(axis=-1, keepdims=True)
-    keep = (sq > _EIG_FLOOR * top) & (top > 0)
-    return np.where(keep, 1.0 / np.sqrt(np.where(keep, sq, 1.0)), 0.0)
-
-
-def _basis_transform(F: np.ndarray) -> np.ndarray:
-    """``r x r`` matrices ``S`` such that ``Q = F S`` is an orthonormal basis of ``col(F)``.
-
-    Works on the Gram matrix ``F^T F`` only (never a ``d x d`` decomposition): ``S = L^{-T}``
-    from its Cholesky factor, or ``S = R diag(lam^{-1/2})`` from its eigendecomposition for
-    ill-conditioned or rank-deficient trials, where directions with
-    ``lam <= _EIG_FLOOR * max(lam)`` give zero columns.  The projection ``Q Q^T`` does not
-    depend on which basis is used.
-
-    Parameters
-    ----------
-    F : ndarray of shape (B, d, r)
-
-    Returns
-    -------
-    S : ndarray of shape (B, r, r)
-    """
-    gram = np.matmul(F.swapaxes(-1, -2), F)
-    scale = np.diagonal(gram, axis1=-2, axis2=-1).max(axis=-1)
-    try:
-        L = np.linalg.cholesky(gram)
-    except np.linalg.LinAlgError:
-        weak = np.ones(gram.shape[0], dtype=bool)
-        S = np.empty_like(gram)
-    else:
-        pivots = np.diagonal(L, axis1=-2, axis2=-1)
-        weak = ~(pivots.min(axis=-1) ** 2 > _CHOL_FLOOR * scale)
-        S = np.linalg.inv(L).swapaxes(-1, -2)
-    if weak.any():
-        lam, R = np.linalg.eigh(gram[weak])
-        top = lam[:, -1:]
-        keep = (lam > _EIG_FLOOR * top) & (top > 0)
-        inv_root = np.where(keep, 1.0 / np.sqrt(np.where(keep, lam, 1.0)), 0.0)
-        S[weak] = R * inv_root[:, None, :]
-    return S
-
-
-def _factor_targets(T: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Stack the singular triplets of every target: ``T_k = sum_{l in k} s_l x_l y_l^T``.
-
-    Returns
-    -------
-    Xs : ndarray of shape (d1, R)
-    Ys : ndarray of shape (d2, R)
-    Sw : ndarray of shape (R, n_T)
-        ``Sw[l, k] = s_l`` if triplet ``l`` belongs to target ``k``, else 0.
-    """
-    xs, ys, cols = [], [], []
-    nT = T.shape[0]
-    for k in range(nT):
-        u, sv, vt = np.linalg.svd(T[k], full_matrices=False)
-        keep = sv > _TARGET_FLOOR * sv[0] if sv[0] > 0 else np.zeros(sv.shape, dtype=bool)
-        for j in np.flatnonzero(keep):
-            xs.append(u[:, j])
-            ys.append(vt[j])
-            col = np.zeros(nT)
-            col[k] = sv[j]
-            cols.append(col)
-    if not xs:  # only zero targets: keep one zero triplet so the shapes stay valid
-        xs, ys, cols = [np.zeros(T.shape[1])], [np.zeros(T.shape[2])], [np.zeros(nT)]
-    return np.stack(xs, axis=1), np.stack(ys, axis=1), np.stack(cols)
-
-
-def _add_rows(
-    acc: np.ndarray, rows: np.ndarray, values: np.ndarray, scale: np.ndarray | None = None
-) -> None:
-    """``acc[rows[j]] += scale[j] * values[j]`` for unique ``rows``, in place.
-
-    One BLAS ``daxpy`` per row beats fancy-index ``+=``: each step touches one contiguous
-    row that stays in cache instead of gathering and scattering ``B x d1 x d2`` temporaries.
-    ``acc`` must be C-contiguous float64 so that ``daxpy`` updates its rows in place.
-    """
-    if scale is None:
-        scale = np.ones(len(rows))
-    for j, (row, s) in enumerate(zip(rows.tolist(), scale.tolist(), strict=True)):
-        if s != 0.0:
-            _daxpy(values[j], acc[row], a=s)
+Changes = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+Products = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 class _DebiasedLinearForm:
@@ -180,7 +72,7 @@ class _DebiasedLinearForm:
 
     Subclasses validate their own ``update`` arguments, turn them into one inverse-propensity
     weight per trial for the pulled arm (0 for a round that must not be used) and call
-    :meth:`_absorb`.
+    :meth:`absorb`.
     """
 
     _kind = "linear_form"
@@ -214,32 +106,19 @@ class _DebiasedLinearForm:
         self._names = names
         self._T = np.ascontiguousarray(stack)
         self.c = float(self.d1 * self.d2) if self.context == "completion" else 1.0
+        # <G, X> = <T, X P_V> + <T, P_U X> - kappa <T, P_U X P_V> (see tangent_space).
         self._kappa = 2.0 if self.projection == "paper" else 1.0
-        # <G, X> is evaluated through the targets' singular triplets (see _absorb).
-        self._Xs, self._Ys, self._Sw = _factor_targets(self._T)
-        # Only the rows in the triplets' support enter <G_t, X_t> (see _tangent_terms).
-        self._x_rows = np.flatnonzero((self._Xs != 0).any(axis=1))
-        self._y_rows = np.flatnonzero((self._Ys != 0).any(axis=1))
-        self._Xs_sub = np.ascontiguousarray(self._Xs[self._x_rows])
-        self._Ys_sub = np.ascontiguousarray(self._Ys[self._y_rows])
+        self._triplets = TargetTriplets.from_targets(self._T)
         self._reset()
 
     # ------------------------------------------------------------------ state
     def _reset(self) -> None:
-        B, K, d1, d2, r = self._B, self.n_actions, self.d1, self.d2, self.rank
+        B, K = self._B, self.n_actions
         self._n = 0
         self._generation = getattr(self, "_generation", 0) + 1  # bumped when state is replaced
-        self._initialized = False
-        self._acc = np.zeros((B, K, d1 * d2))  # sum of M_tilde minus the held part
-        self._held = np.zeros((B, K), dtype=np.int64)
-        self._last_U = np.zeros((B, K, d1, r))
-        self._last_V = np.zeros((B, K, d2, r))
-        # Queued held * U V^T terms not yet in _acc (slot s of the last _ring_n rounds).
-        self._ring_U = np.zeros((B, K, _RING, r, d1))  # factors transposed, slot-major
-        self._ring_V = np.zeros((B, K, _RING, r, d2))
-        self._ring_n = 0
-        self._sigma_sum = np.zeros((B, K))
-        self._S2_sum = np.zeros((B, K, len(self._names)))
+        self._sum = DebiasedSum(B, K, self.d1, self.d2, self.rank)  # n·M^unbs, eq. (11)
+        self._sigma_sum = np.zeros((B, K))  # n·σ̂², eq. (13)
+        self._S2_sum = np.zeros((B, K, len(self._names)))  # n·Ŝ², eq. (14)
         self._pulls = np.zeros((B, K), dtype=np.int64)
         self._cache: dict[int, np.ndarray] = {}
 
@@ -254,6 +133,15 @@ class _DebiasedLinearForm:
 
     def _out(self, arr: np.ndarray) -> np.ndarray:
         return arr if self.batched else arr[0]
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """``(n, generation)``: identifies the rounds absorbed so far.
+
+        ``n`` counts rounds; ``generation`` changes whenever the state is replaced (a
+        :meth:`load_state_dict`), so equal positions mean the same absorbed stream.
+        """
+        return self._n, self._generation
 
     @property
     def target_names(self) -> tuple[str, ...]:
@@ -272,20 +160,35 @@ class _DebiasedLinearForm:
 
     @property
     def sigma2(self) -> np.ndarray:
-        """``sigma_hat_i^2`` per arm (Section 3.3), shape ``(K,)`` or ``(B, K)``; NaN at n = 0."""
+        """``σ̂²_i`` per arm (eq. (13)), shape ``(K,)`` or ``(B, K)``; NaN at n = 0."""
         with np.errstate(invalid="ignore", divide="ignore"):
             return self._out(self._sigma_sum / self._n if self._n else self._sigma_sum * np.nan)
 
     @property
     def S2(self) -> np.ndarray:
-        """``S_hat_i^2`` per arm and target (Section 3.3); shape ``(K, n_T)`` or ``(B, K, n_T)``.
+        """``Ŝ²_i`` per arm and target (eq. (14)); shape ``(K, n_T)`` or ``(B, K, n_T)``.
 
         The last axis follows :attr:`target_names`.  NaN before any data.
         """
         return self._out(self._S2_sum / self._n if self._n else self._S2_sum * np.nan)
 
     # ------------------------------------------------------------------ one round
-    def _absorb(
+    def changed_arms(self, U: np.ndarray, V: np.ndarray) -> np.ndarray:
+        """Which arms' factors differ from the ones last absorbed.
+
+        Parameters
+        ----------
+        U, V : ndarray of shape (B, K, d1, r) and (B, K, d2, r)
+            Every arm's factors, assumed validated.
+
+        Returns
+        -------
+        ndarray of bool, shape (B, K)
+            Exact comparison; every arm before the first round.
+        """
+        return self._sum.changed(U, V)
+
+    def absorb(
         self,
         U: np.ndarray,
         V: np.ndarray,
@@ -294,26 +197,29 @@ class _DebiasedLinearForm:
         reward: np.ndarray,
         weight: np.ndarray,
     ) -> None:
-        """Absorb one validated round (batched layout) given every arm's factors.
+        """Absorb one round given every arm's factors and the pulled arm's weight.
 
-        The arms whose factors differ from the ones last absorbed are found by exact
-        comparison (all of them in the first round); see :meth:`_absorb_parts` for the rest.
+        The arms whose factors changed are found by :meth:`changed_arms`; the rest is
+        :meth:`absorb_parts`.  Inputs are assumed validated, in the batched layout.
+
+        Parameters
+        ----------
+        U, V : ndarray of shape (B, K, d1, r) and (B, K, d2, r)
+            Factors of the estimates before round ``t``'s update.
+        X : ndarray of shape (B, d1, d2)
+        action : ndarray of int, shape (B,)
+        reward : ndarray of shape (B,)
+        weight : ndarray of shape (B,)
+            Inverse-propensity weight of the pulled arm; 0 keeps the round out of the sums.
         """
         trials = np.arange(self._B)
-        bi, ki = np.nonzero(self._changed_arms(U, V))
+        bi, ki = np.nonzero(self.changed_arms(U, V))
         changes = (bi, ki, U[bi, ki], V[bi, ki])
-        self._absorb_parts(changes, U[trials, action], V[trials, action], X, action, reward, weight)
+        self.absorb_parts(changes, U[trials, action], V[trials, action], X, action, reward, weight)
 
-    def _changed_arms(self, U: np.ndarray, V: np.ndarray) -> np.ndarray:
-        """(B, K) mask of the arms whose factors differ (exactly) from the ones last
-        absorbed; every arm before the first round."""
-        if not self._initialized:
-            return np.ones(self._held.shape, dtype=bool)
-        return (U != self._last_U).any(axis=(2, 3)) | (V != self._last_V).any(axis=(2, 3))
-
-    def _absorb_parts(
+    def absorb_parts(
         self,
-        changes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        changes: Changes,
         Ua: np.ndarray,
         Va: np.ndarray,
         X: np.ndarray,
@@ -321,185 +227,76 @@ class _DebiasedLinearForm:
         reward: np.ndarray,
         weight: np.ndarray,
         balanced: bool = False,
-        products: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        products: Products | None = None,
     ) -> None:
-        """Absorb one validated round from the parts of the factors it needs.
+        """Absorb one round from the parts of the factors it needs (Algorithm 2).
 
-        ``changes = (bi, ki, U_new, V_new)``: the (trial, arm) pairs whose factors differ
-        from the ones last absorbed (every pair in the first round), with their new factors
-        (n, d1, r) and (n, d2, r).  ``Ua``, ``Va``: the pulled arms' factors, (B, d1, r) and
-        (B, d2, r).
+        Inputs are assumed validated, in the batched layout.
 
-        ``products``, if given, is ``(X V_a, Xᵀ U_a, D_a)`` for the pulled arms' factors
-        (shapes (B, d1, r), (B, d2, r), (B, r)), which the estimator computed for its own
-        step; ``D_a`` (the singular values) is only read with ``balanced=True``.
-
-        ``balanced=True`` promises ``UᵀU`` and ``VᵀV`` diagonal (as
-        :class:`agents.LowRankSGD` stores them), so the orthonormal bases are ``U D^{-1/2}``
-        without a Cholesky factorisation.
-
-        ``weight[b]`` is the inverse-propensity weight of the pulled arm ``action[b]``;
-        0 keeps the round out of the correction, ``sigma^2`` and ``S^2`` sums.
+        Parameters
+        ----------
+        changes : tuple ``(bi, ki, U_new, V_new)``
+            The (trial, arm) pairs whose factors differ from the ones last absorbed (every
+            pair in the first round), with their new factors, shapes (m, d1, r), (m, d2, r).
+        Ua, Va : ndarray of shape (B, d1, r) and (B, d2, r)
+            The pulled arms' factors.
+        X : ndarray of shape (B, d1, d2)
+        action : ndarray of int, shape (B,)
+        reward : ndarray of shape (B,)
+        weight : ndarray of shape (B,)
+            Inverse-propensity weight ``1/pi_t(a_t)`` of the pulled arm; 0 keeps the round
+            out of the correction, ``sigma^2`` and ``S^2`` sums.
+        balanced : bool, default False
+            True promises ``UᵀU`` and ``VᵀV`` diagonal (as :class:`agents.LowRankSGD`
+            stores them), so the orthonormal bases need no ``r x r`` factorisation.
+        products : tuple of ndarray, optional
+            ``(X V_a, Xᵀ U_a, D_a)`` of the pulled arms (shapes (B, d1, r), (B, d2, r),
+            (B, r)), when the estimator computed them for its own step; ``D_a`` (the
+            singular values) is only read with ``balanced=True``.
         """
         if balanced and products is not None and engine.compiled():
             self._absorb_compiled(changes, Ua, Va, X, action, reward, weight, products)
-            return
-        B, K, D = self._B, self.n_actions, self.d1 * self.d2
-        trials = np.arange(B)
-        self._hold(*changes)
-
-        # 2. The pulled arm: residual, then <G_t, X_t> from orthonormal bases.
-        if products is None:
-            XV = np.matmul(X, Va)  # (B, d1, r)
-            XtU = np.matmul(X.swapaxes(-1, -2), Ua)  # (B, d2, r)
-            sq = None
         else:
-            XV, XtU, sq = products
-        if balanced:  # Q = F diag(s), s = D^{-1/2}: no r x r factorisation
-            P = np.matmul(Ua.swapaxes(-1, -2), XV)  # U^T X V, (B, r, r)
-            pred = np.einsum("bss->b", P)
-            s = _inverse_column_norms(Ua, sq)  # the same for V: U^T U = V^T V = diag(sq)
-            g = self._tangent_terms(Ua, Va, XV, XtU, P, s * s) @ self._Sw
-        else:
-            pred = np.einsum("bir,bir->b", Ua, XV)
-            Su = _basis_transform(Ua)  # Q_U = U Su
-            Sv = _basis_transform(Va)  # Q_V = V Sv
-            XQv = np.matmul(XV, Sv)
-            Qu = np.matmul(Ua, Su)
-            P = np.matmul(Qu.swapaxes(-1, -2), XQv)
-            ones = np.ones(Ua.shape[::2])
-            g = (
-                self._tangent_terms(Qu, np.matmul(Va, Sv), XQv, np.matmul(XtU, Su), P, ones)
-                @ self._Sw
-            )  # <G_t, X_t> for every target, (B, n_T)
-        res = reward - pred
-        cw = self.c * weight
-
-        # 3. sigma^2 and S^2 running sums (pulled arm only).
-        self._sigma_sum[trials, action] += weight * res * res
-        self._S2_sum[trials, action] += (cw * cw)[:, None] * g * g
-
-        # 4. Correction term into the pulled arm's accumulator.
-        if self.ablation != "no_debias":
-            acc = self._acc.reshape(B * K, D)
-            _add_rows(acc, trials * K + action, X.reshape(B, D), cw * res)
-        self._pulls[trials, action] += weight > 0
+            trials = np.arange(self._B)
+            # Σ_t M̂_{i,t−1}: the arms whose estimate moved queue the one they held.
+            self._sum.hold(*changes)
+            # <M̂_{a_t,t−1}, X_t> and <G_t, X_t> (every target) of the pulled arm.
+            pred, g = pulled_arm_terms(
+                Ua, Va, X, self._triplets, self._kappa, balanced=balanced, products=products
+            )
+            res = reward - pred  # res_t = y_t − <M̂, X_t>
+            cw = self.c * weight  # c·1{a_t=i}/π_t(i), at i = a_t
+            self._sigma_sum[trials, action] += weight * res * res  # σ̂², eq. (13)
+            self._S2_sum[trials, action] += (cw * cw)[:, None] * g * g  # Ŝ², eq. (14)
+            if self.ablation != "no_debias":  # M̃ = M̂ + c·1{a_t=i}/π_t(i)·res_t·X_t
+                self._sum.add_correction(action, X, cw * res)
+            self._pulls[trials, action] += weight > 0
         self._n += 1
         self._cache.clear()
 
     def _absorb_compiled(self, changes, Ua, Va, X, action, reward, weight, products) -> None:
-        """:meth:`_absorb_parts` for balanced factors by the numba kernels
-        (:mod:`inference._kernels`): the same arithmetic, one loop over trials."""
+        """:meth:`absorb_parts` for balanced factors: the same arithmetic in one compiled
+        loop over trials (:mod:`inference._kernels`)."""
         from inference import _kernels
 
-        bi, ki, U_new, V_new = changes
-        if bi.size > 1 and (np.diff(bi) < 0).any():  # the kernel walks the changes by trial
-            order = np.argsort(bi, kind="stable")
-            bi, ki, U_new, V_new = bi[order], ki[order], U_new[order], V_new[order]
-        XV, XtU, sq = products
-        queued = _kernels.absorb_round(
-            bi,
-            ki,
-            U_new,
-            V_new,
-            self._held,
-            self._last_U,
-            self._last_V,
-            self._ring_U,
-            self._ring_V,
-            self._ring_n,
+        _kernels.absorb_balanced(
+            self._sum,
+            self._triplets,
+            changes,
             Ua,
             Va,
-            XV,
-            XtU,
-            sq,
-            X.reshape(self._B, -1),
+            X,
             action,
             reward,
             weight,
-            self.c,
-            self._kappa,
-            self._x_rows,
-            self._y_rows,
-            self._Xs_sub,
-            self._Ys_sub,
-            self._Sw,
-            self.ablation != "no_debias",
-            self._sigma_sum,
-            self._S2_sum,
-            self._acc,
-            self._pulls,
+            products,
+            c=self.c,
+            kappa=self._kappa,
+            debias=self.ablation != "no_debias",
+            sigma_sum=self._sigma_sum,
+            S2_sum=self._S2_sum,
+            pulls=self._pulls,
         )
-        self._initialized = True
-        if queued:
-            self._ring_n += 1
-            if self._ring_n == _RING:
-                self._flush_ring()
-        self._n += 1
-        self._cache.clear()
-
-    def _hold(self, bi: np.ndarray, ki: np.ndarray, U_new: np.ndarray, V_new: np.ndarray) -> None:
-        """``sum_t M_hat_{i,t-1}``: arms ``(bi, ki)`` got new factors, so their old ones leave
-        ``held * U V^T`` in the queue; then every arm is held one more round."""
-        if bi.size:
-            held = self._held[bi, ki]
-            live = held > 0
-            if live.any():
-                # Queue held * U V^T (as transposed factors) in this round's ring slot; every
-                # _RING rounds one GEMM of inner size _RING * r adds the queue to _acc.
-                b2, k2, h = bi[live], ki[live], held[live]
-                queued = self._last_U[b2, k2]
-                if (h != 1).any():
-                    queued *= h[:, None, None]
-                s = self._ring_n
-                self._ring_U[b2, k2, s] = queued.swapaxes(-1, -2)
-                self._ring_V[b2, k2, s] = self._last_V[b2, k2].swapaxes(-1, -2)
-                self._ring_n += 1
-                if self._ring_n == _RING:
-                    self._flush_ring()
-            self._last_U[bi, ki] = U_new
-            self._last_V[bi, ki] = V_new
-            self._held[bi, ki] = 0
-        self._held += 1
-        self._initialized = True
-
-    def _tangent_terms(self, U, V, XV, XtU, P, q) -> np.ndarray:
-        """``<x_l y_lᵀ, P_U X + X P_V − kappa P_U X P_V>`` for every target triplet, (B, R).
-
-        ``U`` (B, d1, r) and ``V`` (B, d2, r) have orthogonal columns with
-        ``Q_U = U diag(q)^{1/2}`` and ``Q_V = V diag(q)^{1/2}`` orthonormal bases (``q = 0``
-        drops a column); ``XV = X V``, ``XtU = Xᵀ U``, ``P = Uᵀ X V``.  With
-        ``a = Uᵀ x``, ``b = Vᵀ y``: ``<x yᵀ, P_U X> = Σ_s q_s a_s (Uᵀ X y)_s``,
-        ``<x yᵀ, X P_V> = Σ_s (xᵀ X V)_s q_s b_s`` and
-        ``<x yᵀ, P_U X P_V> = (q a)ᵀ P (q b)``.  Only the rows in the targets' support are
-        read, so sparse targets such as ``e_i e_jᵀ`` cost ``O(r^2)`` per triplet.
-        """
-        xr, yr, Xs, Ys = self._x_rows, self._y_rows, self._Xs_sub, self._Ys_sub
-        a = np.matmul(U[:, xr].swapaxes(-1, -2), Xs) * q[:, :, None]  # q·Uᵀx, (B, r, R)
-        b = np.matmul(V[:, yr].swapaxes(-1, -2), Ys) * q[:, :, None]  # q·Vᵀy
-        UtXy = np.matmul(XtU[:, yr].swapaxes(-1, -2), Ys)  # Uᵀ X y, (B, r, R)
-        xtXV = np.matmul(XV[:, xr].swapaxes(-1, -2), Xs)  # (xᵀ X V)ᵀ, (B, r, R)
-        return (
-            np.einsum("bsl,bsl->bl", a, UtXy)
-            + np.einsum("bsl,bsl->bl", xtXV, b)
-            - self._kappa * np.einsum("bsl,bsl->bl", a, np.matmul(P, b))
-        )
-
-    def _ring_sum(self, arm=slice(None)) -> np.ndarray:
-        """Sum of the queued ``held * U V^T`` terms, shape (B, [K,] d1, d2): one GEMM of inner
-        size ``_RING * r`` per trial and arm."""
-        U, V = self._ring_U[:, arm], self._ring_V[:, arm]  # (B, [K,] L, r, d)
-        lead = U.shape[:-3]
-        return np.matmul(
-            U.reshape(*lead, _RING * self.rank, self.d1).swapaxes(-1, -2),
-            V.reshape(*lead, _RING * self.rank, self.d2),
-        )
-
-    def _flush_ring(self) -> None:
-        B, K = self._B, self.n_actions
-        self._acc += self._ring_sum().reshape(B, K, -1)
-        self._ring_U[...] = 0.0  # V slots are multiplied by these zeros until rewritten
-        self._ring_n = 0
 
     # ------------------------------------------------------------------ read-out
     def _warn_no_rounds(self, what: str) -> None:
@@ -510,17 +307,11 @@ class _DebiasedLinearForm:
         )
 
     def _debiased(self, arm: int) -> np.ndarray:
-        """``M^unbs_arm``, shape (B, d1, d2); needs ``n > 0``."""
-        held = self._held[:, arm].astype(float)[:, None, None]
-        total = (
-            self._acc[:, arm].reshape(-1, self.d1, self.d2)
-            + self._ring_sum(arm)
-            + np.matmul(self._last_U[:, arm] * held, self._last_V[:, arm].swapaxes(-1, -2))
-        )
-        return total / self._n
+        """``M^unbs_arm = (1/n) Σ_t M̃_{arm,t}``, shape (B, d1, d2); needs ``n > 0``."""
+        return self._sum.total(arm) / self._n
 
     def debiased_mean(self, arm: int) -> np.ndarray:
-        """``M^unbs_{arm,n} = (1/n) sum_t M_tilde_{arm,t}`` (Section 3.1, Algorithm 2).
+        """``M^unbs_{arm,n} = (1/n) Σ_t M̃_{arm,t}`` (eq. (11), Algorithm 2).
 
         Returns
         -------
@@ -556,10 +347,14 @@ class _DebiasedLinearForm:
             return self._out(np.full((self._B, self.d1, self.d2), np.nan))
         return self._out(self._projected(arm).copy())
 
-    def _arm_estimate(self, arm: int, k: int, target: str) -> tuple[np.ndarray, np.ndarray]:
-        """``m_hat`` and ``sigma^2 S^2 n^2`` sums for one arm/target, NaN where unusable."""
-        est = np.einsum("bij,ij->b", self._projected(arm), self._T[k])
-        var_n = self._sigma_sum[:, arm] * self._S2_sum[:, arm, k]  # n^2 sigma^2 S^2
+    def _arm_estimate(
+        self, arm: int, k: int, target: str
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``m̂ = <M^proj_arm, T>`` (eq. (12)), ``σ̂²`` and ``Ŝ²`` for one arm and target,
+        shape (B,) each; NaN, with a warning, where they are unusable."""
+        m_hat = np.einsum("bij,ij->b", self._projected(arm), self._T[k])
+        sigma2 = self._sigma_sum[:, arm] / self._n
+        S2 = self._S2_sum[:, arm, k] / self._n
         never = self._pulls[:, arm] == 0
         if never.any():
             warn_insufficient(
@@ -569,7 +364,7 @@ class _DebiasedLinearForm:
                 f"and its variance can be estimated; returning NaN",
                 stacklevel=4,
             )
-        flat = ~never & ~(var_n > 0)
+        flat = ~never & ~(sigma2 * S2 > 0)
         if flat.any():
             warn_insufficient(
                 f"the variance of <M_{arm}, T[{target!r}]> is not estimable yet"
@@ -581,19 +376,27 @@ class _DebiasedLinearForm:
                 stacklevel=4,
             )
         bad = never | flat
-        est = np.where(bad, np.nan, est)
-        var_n = np.where(bad, np.nan, var_n)
-        return est, var_n
+        return (
+            np.where(bad, np.nan, m_hat),
+            np.where(bad, np.nan, sigma2),
+            np.where(bad, np.nan, S2),
+        )
 
     _pull_kind = ""
     _pull_noun = "pull"
     _method_name = "online debiased low-rank estimate (Algorithms 2-3)"
 
-    def interval(self, arm: int, target: str, confidence_level: float = 0.95) -> IntervalEstimate:
-        """Confidence interval for ``m = <M_arm, T>`` (Section 3.3, Algorithm 3).
+    def _nan_interval(self, level: float, method: str) -> IntervalEstimate:
+        nan = np.full(self._B, np.nan)
+        return normal_interval(
+            nan, nan, n_obs=0, confidence_level=level, method=method, batched=self.batched
+        )
 
-        ``m_hat = <M^proj_arm, T>``, ``se = sigma_hat S_hat / sqrt(n)``; the p-value is
-        two-sided for ``H0: <M_arm, T> = 0``.
+    def interval(self, arm: int, target: str, confidence_level: float = 0.95) -> IntervalEstimate:
+        """Confidence interval for ``m = <M_arm, T>`` (eq. (15), Algorithm 3).
+
+        ``m̂ = <M^proj_arm, T>`` and ``se = σ̂·Ŝ/√n``; the p-value is two-sided for
+        ``H0: <M_arm, T> = 0``.
 
         Parameters
         ----------
@@ -607,22 +410,21 @@ class _DebiasedLinearForm:
         -------
         IntervalEstimate
             NaN entries, with an :class:`InsufficientDataWarning`, before the first round,
-            where the arm was never pulled, or where ``sigma_hat^2 S_hat^2 = 0``.
+            where the arm was never pulled, or where ``σ̂²·Ŝ² = 0``.
         """
         level = check_confidence_level(confidence_level)
         arm = check_arm(arm, self.n_actions)
         k = check_target_name(target, self._names)
-        method = f"<M_{arm}, T[{target!r}]>: {self._method_name}, {self.projection} projection"
+        what = f"<M_{arm}, T[{target!r}]>"
+        method = f"{what}: {self._method_name}, {self.projection} projection"
         if self._n == 0:
-            self._warn_no_rounds(f"<M_{arm}, T[{target!r}]>")
-            nan = np.full(self._B, np.nan)
-            return normal_interval(
-                nan, nan, n_obs=0, confidence_level=level, method=method, batched=self.batched
-            )
-        est, var_n = self._arm_estimate(arm, k, target)
-        se = np.sqrt(var_n / self._n**3)
+            self._warn_no_rounds(what)
+            return self._nan_interval(level, method)
+        n = self._n
+        m_hat, sigma2, S2 = self._arm_estimate(arm, k, target)
+        se = np.sqrt(sigma2) * np.sqrt(S2) / np.sqrt(n)  # σ̂·Ŝ/√n, eq. (15)
         return normal_interval(
-            est, se, n_obs=self._n, confidence_level=level, method=method, batched=self.batched
+            m_hat, se, n_obs=n, confidence_level=level, method=method, batched=self.batched
         )
 
     def difference(
@@ -630,8 +432,9 @@ class _DebiasedLinearForm:
     ) -> IntervalEstimate:
         """Confidence interval for ``<M_a - M_b, T>`` (Corollary 3.3).
 
-        ``(m_hat_a - m_hat_b) +- z sqrt((sigma_a^2 S_a^2 + sigma_b^2 S_b^2) / n)``; the
-        p-value is two-sided for ``H0: <M_a, T> = <M_b, T>``.
+        ``(m̂_a − m̂_b) ± z·√((σ̂²_a·Ŝ²_a + σ̂²_b·Ŝ²_b)/n)``: the two arms' main terms are
+        uncorrelated, so their variances add.  The p-value is
+        two-sided for ``H0: <M_a, T> = <M_b, T>``.
 
         Parameters
         ----------
@@ -646,40 +449,22 @@ class _DebiasedLinearForm:
         if a == b:
             raise ValueError(f"arm_a and arm_b must differ, got both = {a}")
         k = check_target_name(target, self._names)
-        method = (
-            f"<M_{a} - M_{b}, T[{target!r}]>: {self._method_name}, {self.projection} "
-            f"projection (Corollary 3.3)"
-        )
+        what = f"<M_{a} - M_{b}, T[{target!r}]>"
+        method = f"{what}: {self._method_name}, {self.projection} projection (Corollary 3.3)"
         if self._n == 0:
-            self._warn_no_rounds(f"<M_{a} - M_{b}, T[{target!r}]>")
-            nan = np.full(self._B, np.nan)
-            return normal_interval(
-                nan, nan, n_obs=0, confidence_level=level, method=method, batched=self.batched
-            )
-        est_a, var_a = self._arm_estimate(a, k, target)
-        est_b, var_b = self._arm_estimate(b, k, target)
-        se = np.sqrt((var_a + var_b) / self._n**3)
+            self._warn_no_rounds(what)
+            return self._nan_interval(level, method)
+        n = self._n
+        m_a, sigma2_a, S2_a = self._arm_estimate(a, k, target)
+        m_b, sigma2_b, S2_b = self._arm_estimate(b, k, target)
+        se = np.sqrt((sigma2_a * S2_a + sigma2_b * S2_b) / n)  # √((σ̂²_a·Ŝ²_a + σ̂²_b·Ŝ²_b)/n)
         return normal_interval(
-            est_a - est_b,
-            se,
-            n_obs=self._n,
-            confidence_level=level,
-            method=method,
-            batched=self.batched,
+            m_a - m_b, se, n_obs=n, confidence_level=level, method=method, batched=self.batched
         )
 
     # ------------------------------------------------------------------ persistence
-    _CONFIG = (
-        "kind",
-        "d1",
-        "d2",
-        "rank",
-        "n_actions",
-        "n_trials",
-        "context",
-        "projection",
-        "target_names",
-    )
+    _CONFIG = ("kind", "d1", "d2", "rank", "n_actions", "n_trials", "context", "projection")
+    _ARRAYS = ("acc", "held", "last_U", "last_V", "ring_U", "ring_V", "sigma_sum", "S2_sum")
 
     def state_dict(self) -> dict[str, Any]:
         """Configuration and running sums as plain Python / numpy values (copies).
@@ -699,14 +484,7 @@ class _DebiasedLinearForm:
             "target_names": list(self._names),
             "targets": self._T.copy(),
             "n": int(self._n),
-            "initialized": bool(self._initialized),
-            "acc": self._acc.copy(),
-            "held": self._held.copy(),
-            "last_U": self._last_U.copy(),
-            "last_V": self._last_V.copy(),
-            "ring_U": self._ring_U.copy(),
-            "ring_V": self._ring_V.copy(),
-            "ring_n": int(self._ring_n),
+            **self._sum.state_dict(),
             "sigma_sum": self._sigma_sum.copy(),
             "S2_sum": self._S2_sum.copy(),
             "pulls": self._pulls.copy(),
@@ -715,49 +493,16 @@ class _DebiasedLinearForm:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict` (validated first; a failure changes nothing)."""
         mine = self.state_dict()
-        missing = [k for k in mine if k not in state]
-        if missing:
-            raise ValueError(f"state is missing keys {missing}")
-        for key in self._CONFIG:
-            theirs = list(state[key]) if key == "target_names" else state[key]
-            if theirs != mine[key]:
-                raise ValueError(
-                    f"state[{key!r}] = {state[key]!r} does not match this object's "
-                    f"{key} = {mine[key]!r}"
-                )
+        check_config(state, mine, (*self._CONFIG, "target_names"))
         targets = np.asarray(state["targets"], dtype=float)
         if targets.shape != self._T.shape or not np.array_equal(targets, self._T):
             raise ValueError("state['targets'] does not match this object's targets")
-        new: dict[str, np.ndarray] = {}
-        arrays = ("acc", "held", "last_U", "last_V", "ring_U", "ring_V", "sigma_sum", "S2_sum")
-        for key in (*arrays, "pulls"):
-            arr = np.asarray(state[key])
-            if arr.shape != mine[key].shape or arr.dtype != mine[key].dtype:
-                raise ValueError(
-                    f"state[{key!r}] must be a {mine[key].dtype} array of shape "
-                    f"{mine[key].shape}, got {arr.dtype} array of shape {arr.shape}"
-                )
-            if not np.isfinite(arr).all():
-                raise ValueError(f"state[{key!r}] must be finite")
-            new[key] = arr.copy()
-        n = state["n"]
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
-            raise ValueError(f"state['n'] must be a non-negative integer, got {n!r}")
-        ring_n = state["ring_n"]
-        if isinstance(ring_n, bool) or not isinstance(ring_n, int | np.integer):
-            raise ValueError(f"state['ring_n'] must be an integer, got {ring_n!r}")
-        if not 0 <= ring_n < _RING:
-            raise ValueError(f"state['ring_n'] must be in [0, {_RING}), got {ring_n!r}")
-        self._n = int(n)
+        new = copy_arrays(state, mine, (*self._ARRAYS, "pulls"))
+        n = check_count(state["n"], "n")
+        ring_n = DebiasedSum.check_ring_n(state["ring_n"])
+        self._n = n
         self._generation += 1
-        self._ring_n = int(ring_n)
-        self._initialized = bool(state["initialized"])
-        self._acc = new["acc"]
-        self._held = new["held"]
-        self._last_U = new["last_U"]
-        self._last_V = new["last_V"]
-        self._ring_U = new["ring_U"]
-        self._ring_V = new["ring_V"]
+        self._sum.load(new, ring_n, bool(state["initialized"]))
         self._sigma_sum = new["sigma_sum"]
         self._S2_sum = new["S2_sum"]
         self._pulls = new["pulls"]
@@ -780,12 +525,12 @@ class LinearFormInference(_DebiasedLinearForm):
     estimate ``M_hat_{a,t-1} = U[a] V[a]^T`` that the policy used; read intervals at any time
     with :meth:`interval` and :meth:`difference`.
 
-    Per round and for every arm ``i`` (ALGORITHMS.md §4, Algorithm 2):
-    ``M_tilde_{i,t} = M_hat_{i,t-1} + c 1{a_t=i}/pi_t(i) (y_t - <M_hat_{i,t-1}, X_t>) X_t``,
-    ``sigma_hat_i^2 = (1/n) sum_t 1{a_t=i}/pi_t(i) (y_t - <M_hat_{i,t-1}, X_t>)^2`` and
-    ``S_hat_i^2 = (1/n) sum_t 1{a_t=i}/pi_t(i)^2 c^2 <G_t, X_t>^2``; at read-out
-    ``m_hat = <M^proj_i, T>`` with ``M^proj_i`` the rank-``r`` truncation of
-    ``M^unbs_i = (1/n) sum_t M_tilde_{i,t}`` and ``se = sigma_hat_i S_hat_i / sqrt(n)``.
+    Per round and for every arm ``i`` (Algorithm 2, docs/method.md §4):
+    ``M̃_{i,t} = M̂_{i,t−1} + c·1{a_t=i}/π_t(i)·(y_t − <M̂_{i,t−1}, X_t>)·X_t``, with the
+    running sums of ``σ̂²_i`` and ``Ŝ²_i`` (eqs. (13), (14)); at read-out
+    ``m̂ = <M^proj_i, T>`` with ``M^proj_i`` the rank-``r`` truncation of
+    ``M^unbs_i = (1/n) Σ_t M̃_{i,t}``, and ``se = σ̂_i·Ŝ_i/√n`` (eq. (15)).  The module
+    docstring lists every formula.
 
     Parameters
     ----------
@@ -800,7 +545,7 @@ class LinearFormInference(_DebiasedLinearForm):
     context : {"gaussian", "completion"}, default "gaussian"
         Sets ``c = 1`` or ``c = d1 d2`` (Appendix C; only the correction term carries it).
     projection : {"tangent", "paper"}, default "tangent"
-        ``G_t`` in ``S^2``: "paper" is ``P_U⊥ T P_V + P_U T P_V⊥`` (Section 3.3);
+        ``G_t`` in ``S^2``: "paper" is ``P_U⊥ T P_V + P_U T P_V⊥`` (eq. (14));
         "tangent" is the full tangent-space projection ``T - P_U⊥ T P_V⊥``, which also keeps
         ``P_U T P_V`` (negligible only as ``d -> inf``).
     n_trials : int or None, default None
@@ -867,19 +612,64 @@ class LinearFormInference(_DebiasedLinearForm):
         a = check_actions(action, self.n_actions, self.n_trials)
         y = check_batch_vector(reward, self.n_trials, "reward")
         p = check_propensities(propensities, a, self.n_actions, self.n_trials)
-        self._update_validated(Ub, Vb, Xb, a, y, p)
+        self.update_validated(Ub, Vb, Xb, a, y, p)
 
-    def _update_validated(self, U, V, X, a, y, p) -> None:
-        """:meth:`update` on validated batched arrays."""
-        self._absorb(U, V, X, a, y, self._weight(a, p))
+    def update_validated(
+        self,
+        U: np.ndarray,
+        V: np.ndarray,
+        X: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        propensities: np.ndarray,
+    ) -> None:
+        """:meth:`update` on inputs assumed validated, in the batched layout.
 
-    def _update_parts(self, changes, Ua, Va, X, a, y, p, products) -> None:
-        """:meth:`update` from the parts of a :class:`agents.LowRankSGD`'s balanced factors
-        (the wrappers' path; see :meth:`_absorb_parts`): ``products`` are ``(X V_a, Xᵀ U_a,
-        D_a)`` of the pulled arms, which the estimator computed for its own step."""
-        weight = self._weight(a, p)
-        self._absorb_parts(changes, Ua, Va, X, a, y, weight, balanced=True, products=products)
+        Parameters
+        ----------
+        U, V : ndarray of shape (B, K, d1, r) and (B, K, d2, r)
+        X : ndarray of shape (B, d1, d2)
+        action : ndarray of int, shape (B,)
+        reward : ndarray of shape (B,)
+        propensities : ndarray of shape (B, K)
+            Positive at ``action``.
+        """
+        self.absorb(U, V, X, action, reward, self._weight(action, propensities))
 
-    def _weight(self, a, p) -> np.ndarray:
-        weight = 1.0 / p[np.arange(self._B), a]
+    def update_parts(
+        self,
+        changes: Changes,
+        Ua: np.ndarray,
+        Va: np.ndarray,
+        X: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        propensities: np.ndarray,
+        products: Products,
+    ) -> None:
+        """:meth:`update` from the parts of a :class:`agents.LowRankSGD`'s balanced factors.
+
+        Inputs are assumed validated, in the batched layout; see :meth:`absorb_parts` for
+        ``changes``, ``Ua``, ``Va`` and ``products`` (``(X V_a, Xᵀ U_a, D_a)`` of the pulled
+        arms, which the estimator computed for its own step).
+
+        Parameters
+        ----------
+        changes : tuple ``(bi, ki, U_new, V_new)``
+        Ua, Va : ndarray of shape (B, d1, r) and (B, d2, r)
+        X : ndarray of shape (B, d1, d2)
+        action : ndarray of int, shape (B,)
+        reward : ndarray of shape (B,)
+        propensities : ndarray of shape (B, K)
+            Positive at ``action``.
+        products : tuple of ndarray
+        """
+        weight = self._weight(action, propensities)
+        self.absorb_parts(
+            changes, Ua, Va, X, action, reward, weight, balanced=True, products=products
+        )
+
+    def _weight(self, action: np.ndarray, propensities: np.ndarray) -> np.ndarray:
+        """``1/pi_t(a_t)`` per trial (1 under the "no_ipw" control)."""
+        weight = 1.0 / propensities[np.arange(self._B), action]
         return np.ones_like(weight) if self.ablation == "no_ipw" else weight

@@ -1,8 +1,8 @@
 """Online inference on the optimal policy value ``V* = E[max_a <M_a, X>]`` (Section 4).
 
 :class:`OptimalValueInference` implements the doubly robust estimator ``V_hat_n`` and the
-variance estimator ``S_hat_V^2`` of Section 4 (Algorithm 3b in ALGORITHMS.md §5), and the
-variant with estimated exploration probabilities of Appendix A (eq. A.4).  Only the
+variance estimator ``S_hat_V^2`` of Section 4 (Algorithm 3b in docs/method.md §5), and the
+variant with estimated exploration probabilities of Appendix A (eq. (A.4)).  Only the
 predictions ``<M_hat_{a,t-1}, X_t>`` of every arm enter, so a round costs ``O(K)`` per
 trial; no ``d1 x d2`` work and no SVD.
 
@@ -10,7 +10,7 @@ Timing of the running noise estimate
 ------------------------------------
 ``S_hat_V^2`` uses ``sigma_hat^2_{a_hat_t, t}`` at every round.  The paper defines
 ``sigma_hat^2_{i,t} = (1/t) sum_{s <= t} 1{a_s = i}/pi_s(i) (y_s - <M_hat_{i,s-1}, X_s>)^2``
-(Section 4, and the ratio form of eq. A.4 likewise sums ``s = 1..t``): the sum *includes*
+(Section 4, and the ratio form of eq. (A.4) likewise sums ``s = 1..t``): the sum *includes*
 round ``t``.  This module follows that definition literally: round ``t``'s residual is added
 first, then ``sigma_hat^2_{a_hat_t, t}`` is read.  Either choice is consistent (the term
 differs by ``O(1/t)``); including round ``t`` also avoids a ``0/0`` in the
@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from inference._persistence import check_config, check_count, copy_arrays
 from inference.results import (
     IntervalEstimate,
     normal_interval,
@@ -50,7 +51,7 @@ _SUMS = ("sum_q", "sum_q2", "sum_corr", "sum_sv", "sigma_num", "pulls")
 class OptimalValueInference:
     """Online confidence interval and one-sided test for the optimal value ``V*``.
 
-    Per round (ALGORITHMS.md §5), with ``q_t = <M_hat_{a_hat_t, t-1}, X_t>``,
+    Per round (docs/method.md §5), with ``q_t = <M_hat_{a_hat_t, t-1}, X_t>``,
     ``a_hat_t = argmax_a <M_hat_{a,t-1}, X_t>`` and ``1 - e_t = pi_t(a_hat_t)``:
 
     * ``V_hat_n = (1/n) sum_t [q_t + 1{a_t = a_hat_t}/(1 - e_t) (y_t - q_t)]``;
@@ -71,7 +72,7 @@ class OptimalValueInference:
         "estimated" (Appendix A): ``propensities`` are an estimated pmf (e.g. the fraction
         of an ensemble's models whose greedy arm is each arm), only used at ``a_hat_t``
         (``1 - e_hat_t``), and ``sigma_hat^2_{i,t}`` is the plain mean of the squared
-        residuals of arm ``i``'s pulls up to ``t`` (eq. A.4; 0 before its first pull).
+        residuals of arm ``i``'s pulls up to ``t`` (eq. (A.4); 0 before its first pull).
 
     Notes
     -----
@@ -152,13 +153,29 @@ class OptimalValueInference:
         y = check_batch_vector(reward, self.n_trials, "reward")
         known = self.propensities == "known"
         p = check_propensities(propensities, a, K, self.n_trials, require_chosen_positive=known)
-        self._check_hat(pred, p)
-        self._absorb(pred, a, y, p)
+        self.check_predictions(pred, p)
+        self.update_validated(pred, a, y, p)
 
-    def _check_hat(self, pred: np.ndarray, p: np.ndarray) -> None:
-        """Raise unless ``pi_t(a_hat_t) > 0`` (batched arrays ``(B, K)``)."""
-        a_hat = np.argmax(pred, axis=1)
-        p_hat = p[np.arange(p.shape[0]), a_hat]  # 1 - e_t
+    def check_predictions(self, predictions: np.ndarray, propensities: np.ndarray) -> None:
+        """Raise unless ``pi_t(a_hat_t) > 0``, before any state changes.
+
+        The value estimator weights by ``1/(1 - e_t) = 1/pi_t(a_hat_t)``, so the estimated
+        optimal arm ``a_hat_t = argmax(predictions)`` needs a positive propensity.  The
+        arrays are assumed otherwise validated.
+
+        Parameters
+        ----------
+        predictions : ndarray of shape (B, K)
+            ``<M_hat_{a,t-1}, X_t>`` for every arm.
+        propensities : ndarray of shape (B, K)
+
+        Raises
+        ------
+        ValueError
+            If ``propensities[a_hat_t] <= 0`` in some trial (named when batched).
+        """
+        a_hat = np.argmax(predictions, axis=1)
+        p_hat = propensities[np.arange(propensities.shape[0]), a_hat]  # 1 - e_t
         if not (p_hat > 0).all():
             i = int(np.argmax(~(p_hat > 0)))
             where = f" (trial {i})" if self.batched else ""
@@ -169,18 +186,35 @@ class OptimalValueInference:
                 f"weights by 1/(1 - e_t) = 1/pi_t(a_hat_t)"
             )
 
-    def _absorb(self, pred: np.ndarray, a: np.ndarray, y: np.ndarray, p: np.ndarray) -> None:
-        """Update the running sums from validated batched arrays (``pred``, ``p``: (B, K))."""
+    def update_validated(
+        self,
+        predictions: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        propensities: np.ndarray,
+    ) -> None:
+        """:meth:`update` on inputs assumed validated, in the batched layout.
+
+        :meth:`check_predictions` is assumed to have passed on the same arrays.
+
+        Parameters
+        ----------
+        predictions : ndarray of shape (B, K)
+        action : ndarray of int, shape (B,)
+        reward : ndarray of shape (B,)
+        propensities : ndarray of shape (B, K)
+        """
+        pred, a, y, p = predictions, action, reward, propensities
         trials = np.arange(self._B)
-        a_hat = np.argmax(pred, axis=1)
-        p_hat = p[trials, a_hat]
+        a_hat = np.argmax(pred, axis=1)  # eq. (17)
+        p_hat = p[trials, a_hat]  # 1 - e_t
         q = pred[trials, a_hat]
         res = y - pred[trials, a]
-        if self.propensities == "known":
+        if self.propensities == "known":  # sigma_hat^2_{i,t}, eq. (19)
             self._sigma_num[trials, a] += res * res / p[trials, a]
             self._pulls[trials, a] += 1
             sigma2_t = self._sigma_num[trials, a_hat] / (self._n + 1)
-        else:
+        else:  # eq. (A.4): the mean squared residual of the arm's pulls
             self._sigma_num[trials, a] += res * res
             self._pulls[trials, a] += 1
             pulls = self._pulls[trials, a_hat]
@@ -189,8 +223,8 @@ class OptimalValueInference:
             )
         self._sum_q += q
         self._sum_q2 += q * q
-        self._sum_corr += np.where(a == a_hat, res / p_hat, 0.0)
-        self._sum_sv += sigma2_t / p_hat
+        self._sum_corr += np.where(a == a_hat, res / p_hat, 0.0)  # V_hat_n, eq. (16)
+        self._sum_sv += sigma2_t / p_hat  # S_hat_V^2, eq. (18)
         self._n += 1
 
     # ------------------------------------------------------------------ read-out
@@ -293,7 +327,7 @@ class OptimalValueInference:
         )
 
     def test_greater(self, v0: Any, confidence_level: float = 0.95) -> IntervalEstimate:
-        """One-sided test of ``H0: V* <= v0`` against ``H1: V* > v0`` (eq. 5).
+        """One-sided test of ``H0: V* <= v0`` against ``H1: V* > v0`` (eq. (5)).
 
         Parameters
         ----------
@@ -361,30 +395,9 @@ class OptimalValueInference:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict` (validated first; a failure changes nothing)."""
         mine = self.state_dict()
-        missing = [k for k in mine if k not in state]
-        if missing:
-            raise ValueError(f"state is missing keys {missing}")
-        for key in ("kind", "n_actions", "n_trials", "propensities"):
-            if state[key] != mine[key]:
-                raise ValueError(
-                    f"state[{key!r}] = {state[key]!r} does not match this object's "
-                    f"{key} = {mine[key]!r}"
-                )
-        new = {}
-        for key in _SUMS:
-            arr = np.asarray(state[key])
-            if arr.shape != mine[key].shape or arr.dtype != mine[key].dtype:
-                raise ValueError(
-                    f"state[{key!r}] must be a {mine[key].dtype} array of shape "
-                    f"{mine[key].shape}, got {arr.dtype} array of shape {arr.shape}"
-                )
-            if not np.isfinite(arr).all():
-                raise ValueError(f"state[{key!r}] must be finite")
-            new[key] = arr.copy()
-        n = state["n"]
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
-            raise ValueError(f"state['n'] must be a non-negative integer, got {n!r}")
-        self._n = int(n)
+        check_config(state, mine, ("kind", "n_actions", "n_trials", "propensities"))
+        new = copy_arrays(state, mine, _SUMS)
+        self._n = check_count(state["n"], "n")
         for key, arr in new.items():
             setattr(self, "_" + key, arr)
 

@@ -39,11 +39,20 @@ def _fmt(value: Any) -> str:
     return repr(value)
 
 
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.shape(a) == np.shape(b) and bool(np.array_equal(a, b, equal_nan=True))
+    if isinstance(a, float) and isinstance(b, float) and np.isnan(a) and np.isnan(b):
+        return True
+    return bool(a == b)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class IntervalEstimate:
     """A point estimate with a confidence interval, standard error and p-value.
 
-    Unpacks as ``low, high = result``.  Every numeric field is a Python number for a single
+    Unpacks as ``low, high = result``; two results are equal when every field is (NaN
+    entries included).  Every numeric field is a Python number for a single
     bandit, or a read-only array of shape ``(B,)`` for ``B`` trials run in lock step.
 
     Attributes
@@ -81,6 +90,17 @@ class IntervalEstimate:
                 value = value.copy()
                 value.flags.writeable = False
                 object.__setattr__(self, name, value)
+
+    def __eq__(self, other: object) -> bool:
+        """Field-by-field equality; arrays compare elementwise, and NaN equals NaN, so a
+        result equals an identical recomputation even where it has too little data."""
+        if not isinstance(other, IntervalEstimate):
+            return NotImplemented
+        return all(
+            _same(getattr(self, f.name), getattr(other, f.name)) for f in dataclasses.fields(self)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # equal results may hold different arrays
 
     def __iter__(self):
         """Yield ``low`` then ``high``, so that ``low, high = result`` works."""

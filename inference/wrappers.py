@@ -38,6 +38,7 @@ from gymnasium.vector import VectorEnv, VectorWrapper
 from agents.base import problem_shape
 from agents.estimator import LowRankSGD
 from agents.warm_start import DEFAULT_WARM_START_ROUNDS, WarmStartBuffer
+from inference.estimator_feed import EstimatorFeed
 from inference.linear_form import LinearFormInference
 from inference.optimal_value import OptimalValueInference
 from inference.results import InsufficientDataWarning, IntervalEstimate, warn_insufficient
@@ -102,7 +103,6 @@ class _Watcher:
         self.rank = estimator.rank
         self._obs = None
         self._fp = None  # fingerprint of the last context (LowRankSGD estimators)
-        self._seen = None  # what the core last absorbed (see _ParameterMixin._snapshot)
         self.rounds_seen = 0
         self.rounds_skipped = 0
 
@@ -160,7 +160,7 @@ class _Watcher:
         fp = None
         if isinstance(self.estimator, LowRankSGD):
             xb = self._x if self.n_trials is not None else self._x[None]
-            fp = self.estimator._fingerprint(xb)
+            fp = self.estimator.fingerprint(xb)
             if np.isfinite(fp).all():
                 return fp
         if not np.isfinite(self._x).all():
@@ -261,6 +261,25 @@ class _Watcher:
             stacklevel=4,
         )
 
+    def to_frame(self, confidence_level: float = 0.95):
+        """Every interval of this wrapper and of the inference wrappers below it in the
+        stack, as a pandas DataFrame (needs pandas): one row per quantity and trial, with
+        columns ``quantity``, ``trial``, ``estimate``, ``low``, ``high``,
+        ``standard_error`` and ``p_value``, outermost wrapper first."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError("to_frame() needs pandas: pip install pandas") from exc
+        records = []
+        env = self
+        while env is not None:
+            if isinstance(env, _Watcher):
+                for label, ci in env.results(confidence_level):
+                    for trial, row in enumerate(_rows(ci)):
+                        records.append({"quantity": label, "trial": trial, **row})
+            env = getattr(env, "env", None)
+        return pd.DataFrame.from_records(records)
+
     def _state_common(self) -> dict[str, Any]:
         return {
             "rounds_seen": self.rounds_seen,
@@ -271,7 +290,7 @@ class _Watcher:
         }
 
     def _load_common(self, state: dict[str, Any]) -> None:
-        self._seen = None
+        self._restored()
         self.rounds_seen = int(state["rounds_seen"])
         self.rounds_skipped = int(state["rounds_skipped"])
         if self.owns_estimator:
@@ -309,33 +328,20 @@ class _ParameterMixin(_Watcher):
             n_trials=self.n_trials,
         )
         self.target_names = self.core.target_names
+        self._feed = (
+            EstimatorFeed(self.estimator, self.core)
+            if isinstance(self.estimator, LowRankSGD)
+            else None
+        )
 
     def _snapshot(self, x, actions, props):
-        est = self.estimator
-        if not isinstance(est, LowRankSGD):
-            u, v = (np.array(f, copy=True) for f in est.factors)
+        if self._feed is None:  # any estimator with factors: copies of all of them
+            u, v = (np.array(f, copy=True) for f in self.estimator.factors)
             return "factors", ((u, v) if self.n_trials is not None else (u[None], v[None]))
-        # A LowRankSGD: copies of only what the core reads, and the products X V_a and
-        # Xᵀ U_a of the pulled arms shared with the estimator's own update of this round
-        # (and with predict(), which the agent ran on this context).
+        # A LowRankSGD: only what the core reads, the products X V_a and Xᵀ U_a of the
+        # pulled arms shared with the estimator's own update of this round.
         xb = x if self.n_trials is not None else x[None]
-        trials = np.arange(len(actions))
-        Ua, Va, XV, XtU = est._pulled(xb, actions, self._fp)
-        if self.n_trials is None:  # views of the factors: copies, read after the step
-            Ua, Va = Ua.copy(), Va.copy()
-        products = (XV, XtU, est._sv[trials, actions])
-        # The arms whose factors changed since the core's last round, from the estimator's
-        # per-arm versions; when the core may hold other factors (first round, a restored
-        # state, rounds fed to it directly) by comparing the factors themselves.
-        versions = est._arm_version.copy()
-        core = self.core
-        seen = self._seen
-        if seen is not None and seen[0] is core and seen[1] == (core._n, core._generation):
-            bi, ki = np.nonzero(versions != seen[2])
-        else:
-            bi, ki = np.nonzero(core._changed_arms(est._U, est._V))
-        changes = (bi, ki, est._U[bi, ki], est._V[bi, ki])
-        return "parts", (changes, Ua, Va, products, versions)
+        return "parts", self._feed.snapshot(xb, actions, self._fp)
 
     def _absorb(self, snapshot, x, actions, rewards, props):
         kind, parts = snapshot
@@ -343,11 +349,13 @@ class _ParameterMixin(_Watcher):
             x = x[None]
         # Inputs were validated before the step (decision, reward).
         if kind == "factors":
-            self.core._update_validated(*parts, x, actions, rewards, props)
-            return
-        changes, Ua, Va, products, versions = parts
-        self.core._update_parts(changes, Ua, Va, x, actions, rewards, props, products)
-        self._seen = (self.core, (self.core._n, self.core._generation), versions)
+            self.core.update_validated(*parts, x, actions, rewards, props)
+        else:
+            self._feed.absorb(parts, x, actions, rewards, props)
+
+    def _restored(self) -> None:
+        if self._feed is not None:
+            self._feed.forget()
 
     def _running_info(self) -> dict[str, Any]:
         n = self.core.n_obs
@@ -389,17 +397,10 @@ class _ParameterMixin(_Watcher):
         """A text table of every arm, target and difference (trial 0 under a vector env)."""
         return _table(self.results(confidence_level), self.n_trials, confidence_level)
 
-    def to_frame(self, confidence_level: float = 0.95):
-        """The :meth:`summary` rows as a pandas DataFrame (needs pandas; one row per trial)."""
-        try:
-            import pandas as pd
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError("to_frame() needs pandas: pip install pandas") from exc
-        records = []
-        for label, ci in self.results(confidence_level):
-            for trial, row in enumerate(_rows(ci)):
-                records.append({"quantity": label, "trial": trial, **row})
-        return pd.DataFrame.from_records(records)
+    @property
+    def parameter_inference(self):
+        """This wrapper: ``env.get_wrapper_attr("parameter_inference")`` finds it in a stack."""
+        return self
 
     def state_dict(self) -> dict[str, Any]:
         """Wrapper, core and (own) estimator state; a resumed run gives identical intervals."""
@@ -423,14 +424,18 @@ class _ValueMixin(_Watcher):
 
     def _snapshot(self, x, actions, props):
         if isinstance(self.estimator, LowRankSGD):  # shares the agent's X V of this round
-            pred = self.estimator._predict(x if self.n_trials is not None else x[None], self._fp)
+            xb = x if self.n_trials is not None else x[None]
+            pred = self.estimator.predict_validated(xb, self._fp)
         else:
             pred = np.array(self.estimator.predict(x), ndmin=2)
-        self.core._check_hat(pred, props)  # before the step: a zero 1/(1 - e_t) is refused
+        self.core.check_predictions(pred, props)  # before the step: 1/(1 - e_t) must exist
         return pred
 
     def _absorb(self, predictions, x, actions, rewards, props):
-        self.core._absorb(predictions, actions, rewards, props)
+        self.core.update_validated(predictions, actions, rewards, props)
+
+    def _restored(self) -> None:
+        pass
 
     def _running_info(self) -> dict[str, Any]:
         n = self.core.n_obs
@@ -445,12 +450,24 @@ class _ValueMixin(_Watcher):
         with self._one_warning():
             return self.core.interval(confidence_level)
 
-    def test_greater(self, v0: float):
-        """One-sided test of ``H0: V* ≤ v0`` (eq. 5)."""
-        return self.core.test_greater(v0)
+    def test_greater(self, v0: float, confidence_level: float = 0.95) -> IntervalEstimate:
+        """One-sided test of ``H0: V* ≤ v0`` (eq. 5), with the one-sided interval at
+        ``confidence_level`` (see :meth:`inference.OptimalValueInference.test_greater`)."""
+        with self._one_warning():
+            return self.core.test_greater(v0, confidence_level)
+
+    def results(self, confidence_level: float = 0.95) -> list[tuple[str, IntervalEstimate]]:
+        """The optimal value's interval as ``[("V*", IntervalEstimate)]``."""
+        return [("V*", self.interval(confidence_level))]
 
     def summary(self, confidence_level: float = 0.95) -> str:
-        return _table([("V*", self.interval(confidence_level))], self.n_trials, confidence_level)
+        """A text table of ``V*`` (trial 0 under a vector env)."""
+        return _table(self.results(confidence_level), self.n_trials, confidence_level)
+
+    @property
+    def value_inference(self):
+        """This wrapper: ``env.get_wrapper_attr("value_inference")`` finds it in a stack."""
+        return self
 
     def state_dict(self) -> dict[str, Any]:
         return {**self._state_common(), "core": self.core.state_dict()}
@@ -500,7 +517,7 @@ class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
     propensity_fn : callable, optional
         ``propensity_fn(obs) -> pmf`` for loops that pass bare actions.
     projection : {"tangent", "paper"}, default "tangent"
-        ``G_t`` in ``Ŝ²`` (ALGORITHMS.md §4); see :class:`inference.LinearFormInference`.
+        ``G_t`` in ``Ŝ²`` (docs/method.md §4); see :class:`inference.LinearFormInference`.
     warm_start : int, optional
         Rounds of the own estimator's warm start (default ``DEFAULT_WARM_START_ROUNDS``).
     **sgd_kwargs

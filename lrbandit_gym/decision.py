@@ -1,7 +1,7 @@
 """The action an agent takes together with the exact propensities it used.
 
 Valid inference on adaptively collected data needs ``pi_t(a) = P(a_t = a | F_{t-1}, X_t)``
-for every round (ALGORITHMS.md §2).  Agents therefore return a :class:`Decision` rather than a
+for every round (docs/method.md §2).  Agents therefore return a :class:`Decision` rather than a
 bare integer, and ``env.step(decision)`` accepts it: the base environment only reads
 ``decision.action``, inference wrappers read the propensities too.
 """

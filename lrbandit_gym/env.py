@@ -33,7 +33,7 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
     ## Description
     Each round a context ``X_t ∈ R^{d1×d2}`` is observed, the agent pulls arm ``a_t`` and
     receives ``y_t = <M_{a_t}, X_t> + σ_{a_t} ξ_t`` with ``<A, B> = tr(AᵀB)`` and every
-    ``M_a`` of rank ``rank`` (ALGORITHMS.md §1; the paper's Section 2).  The truth is drawn
+    ``M_a`` of rank ``rank`` (docs/method.md §1; the paper's Section 2).  The truth is drawn
     once from ``truth_seed`` (or given as ``params``) and never changes on ``reset``: reseeding
     changes contexts and noise only, so many trials can share one truth.
 

@@ -6,25 +6,19 @@ argument checking and the oracle quantities exist once.
 
 from __future__ import annotations
 
-import numbers
 from functools import cached_property
 
 import numpy as np
 
 from lrbandit_gym.sampling import CONTEXTS, NOISES
 from lrbandit_gym.truth import draw_low_rank_truth, optimal_value, validate_params
+from lrbandit_gym.validation import check_positive_int
 
 __all__ = ["BanditProblem", "GroundTruthMixin"]
 
 
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer; got {value!r}")
-    return int(value)
-
-
 class BanditProblem:
-    """Sizes, context and noise laws, and the truth ``M_a`` of ALGORITHMS.md §1.
+    """Sizes, context and noise laws, and the truth ``M_a`` of docs/method.md §1.
 
     Parameters are those of :class:`lrbandit_gym.MatrixContextBanditEnv`; every invalid one
     raises ``ValueError`` naming the argument and its value.
@@ -44,14 +38,14 @@ class BanditProblem:
         noise: str = "gaussian",
         dtype=np.float64,
     ):
-        self.d1 = _positive_int("d1", d1)
-        self.d2 = _positive_int("d2", d2)
-        self.rank = _positive_int("rank", rank)
+        self.d1 = check_positive_int(d1, "d1")
+        self.d2 = check_positive_int(d2, "d2")
+        self.rank = check_positive_int(rank, "rank")
         if self.rank > min(self.d1, self.d2):
             raise ValueError(
                 f"rank must be at most min(d1, d2) = {min(self.d1, self.d2)}; got {rank!r}"
             )
-        self.n_actions = _positive_int("n_actions", n_actions)
+        self.n_actions = check_positive_int(n_actions, "n_actions")
         if self.n_actions < 2:
             raise ValueError(f"n_actions must be at least 2; got {n_actions!r}")
         if context not in CONTEXTS:
@@ -94,7 +88,7 @@ class BanditProblem:
 
     @cached_property
     def optimal_value(self) -> float:
-        """``V* = E[max_a <M_a, X>]``, exact (ALGORITHMS.md §1)."""
+        """``V* = E[max_a <M_a, X>]``, exact (docs/method.md §1)."""
         return float(optimal_value(self.params, self.context))
 
     def linear_form(self, target) -> np.ndarray:

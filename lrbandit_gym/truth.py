@@ -1,6 +1,6 @@
 """The low-rank ground truth of a matrix-context bandit and its oracle quantities.
 
-ALGORITHMS.md §1: each arm's parameter ``M_a = U_a diag(s_a) V_aᵀ`` with ``U_a, V_a`` the Q
+docs/method.md §1: each arm's parameter ``M_a = U_a diag(s_a) V_aᵀ`` with ``U_a, V_a`` the Q
 factors of Gaussian matrices; the optimal value ``V* = E[max_a <M_a, X>]`` has closed forms.
 """
 
@@ -167,7 +167,7 @@ def _gaussian_expected_max(gram: np.ndarray) -> float:
 
 
 def optimal_value(params: np.ndarray, context: str) -> float:
-    """``V* = E[max_a <M_a, X>]`` (ALGORITHMS.md §1).
+    """``V* = E[max_a <M_a, X>]`` (docs/method.md §1).
 
     Gaussian contexts: ``<M_a, X>`` is a zero-mean Gaussian vector with covariance
     ``G_ab = <M_a, M_b>``; K = 2 gives ``‖M_1 − M_0‖_F/√(2π)``, K ≤ 5 is exact through

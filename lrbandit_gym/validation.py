@@ -153,8 +153,8 @@ def check_context_fingerprint(
     ``weights`` (``d1 * d2`` entries, all in ``[1, 2)``) are fixed; the fingerprint, one
     matrix-vector product, is both the finiteness test (a NaN or an infinity anywhere makes
     it non-finite, since no weight is zero; only then, or when finite entries overflow it,
-    are the entries themselves examined) and a key that tells a context from another (see
-    ``LowRankSGD._products_for``).  One pass over the data instead of two.
+    are the entries themselves examined) and a key that tells a context from another (the
+    estimator's product cache uses it).  One pass over the data instead of two.
 
     Returns
     -------

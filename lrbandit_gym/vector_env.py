@@ -10,8 +10,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.problem import BanditProblem, GroundTruthMixin, _positive_int
+from lrbandit_gym.problem import BanditProblem, GroundTruthMixin
 from lrbandit_gym.sampling import draw_contexts, draw_noise
+from lrbandit_gym.validation import check_positive_int
 
 __all__ = ["MatrixContextBanditVectorEnv"]
 
@@ -58,11 +59,11 @@ class MatrixContextBanditVectorEnv(GroundTruthMixin, VectorEnv):
         dtype=np.float64,
         render_mode: str | None = None,
     ):
-        self.num_envs = _positive_int("num_envs", num_envs)
+        self.num_envs = check_positive_int(num_envs, "num_envs")
         self.max_episode_steps = (
             None
             if max_episode_steps is None
-            else _positive_int("max_episode_steps", max_episode_steps)
+            else check_positive_int(max_episode_steps, "max_episode_steps")
         )
         try:
             self.autoreset_mode = AutoresetMode(autoreset_mode)

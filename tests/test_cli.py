@@ -187,9 +187,9 @@ def test_study_specific_options_are_refused_elsewhere(tmp_path):
 _FAULTS_SCRIPT = """
 import resource, sys
 import numpy as np
-from lrbandit_gym.experiments.studies import _single_threaded_blas
+from lrbandit_gym.experiments.studies import single_threaded_blas
 if sys.argv[1] == "worker":
-    _single_threaded_blas()
+    single_threaded_blas()
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 np.ones(10 << 17)

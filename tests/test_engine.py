@@ -91,21 +91,21 @@ def test_estimator_engines_agree(n_trials, propensities, K):
 def test_kernel_flags_rank_deficient_pairs_for_the_eigen_route(awkward_factor_pairs):
     """Pairs the numpy engine balances by eigendecompositions are flagged and left alone by
     the kernel; the estimator then balances them as numpy does."""
-    from agents import _kernels
-    from agents.estimator import _balance
+    from agents import kernels
+    from agents.balancing import balance
 
     N, r = 30, 3
     U, V = awkward_factor_pairs(N)
     V[3] = np.nan  # diverged
     Ub, Vb, sv, work = U.copy(), V.copy(), np.zeros((N, r)), np.empty((10, r, r))
-    status = np.array([_kernels.balance_pair(Ub[i], Vb[i], sv[i], work) for i in range(N)])
-    assert status[0] == status[1] == _kernels.WEAK
-    assert status[3] == _kernels.NONFINITE
-    assert (status[[2, *range(4, N)]] == _kernels.OK).all()
+    status = np.array([kernels.balance_pair(Ub[i], Vb[i], sv[i], work) for i in range(N)])
+    assert status[0] == status[1] == kernels.WEAK
+    assert status[3] == kernels.NONFINITE
+    assert (status[[2, *range(4, N)]] == kernels.OK).all()
     for i in (0, 1, 3):  # left as they were
         np.testing.assert_array_equal(Ub[i], U[i])
-    ok = status == _kernels.OK
-    Ur, Vr, sr = _balance(U[ok], V[ok])
+    ok = status == kernels.OK
+    Ur, Vr, sr = balance(U[ok], V[ok])
     np.testing.assert_allclose(sv[ok], sr, rtol=1e-10)
     np.testing.assert_allclose(
         Ub[ok] @ Vb[ok].transpose(0, 2, 1),
@@ -154,7 +154,7 @@ def test_divergence_raises_without_corrupting_state_in_both_engines(name):
 
 @numba_only
 def test_symmetric_eigen_matches_lapack():
-    from agents._kernels import symmetric_eigen
+    from agents.kernels import symmetric_eigen
 
     rng = np.random.default_rng(2)
     for r in (1, 2, 3, 5, 8):

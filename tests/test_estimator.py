@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from agents.estimator import LowRankSGD
+from agents.estimator import LowRankSGD, PulledArms
 from lrbandit_gym.experiments.bench_estimator import bench_estimator, naive_sgd_step
 
 
@@ -163,16 +163,16 @@ def test_factors_stay_balanced():
 
 
 def test_balance_routes_agree_and_rank_deficient_pairs_take_the_robust_one(awkward_factor_pairs):
-    """The Cholesky route of _balance and the eigendecomposition route give the same
+    """The Cholesky route of balance and the eigendecomposition route give the same
     balanced pairs; rank-deficient or tiny factors go the robust way, chosen per pair so a
     batch equals its pairs one by one bit for bit."""
-    from agents.estimator import _balance, _balance_eig
+    from agents.balancing import balance, balance_eig
 
     N, r = 40, 3
     U, V = awkward_factor_pairs(N)
-    Ub, Vb, sv = _balance(U, V)
+    Ub, Vb, sv = balance(U, V)
     gram = np.stack([U.transpose(0, 2, 1) @ U, V.transpose(0, 2, 1) @ V])
-    Ue, Ve, se = _balance_eig(U, V, gram)
+    Ue, Ve, se = balance_eig(U, V, gram)
     np.testing.assert_allclose(sv, se, rtol=1e-9, atol=1e-12 * se.max())
     prod = U @ V.transpose(0, 2, 1)
     for Ux, Vx in ((Ub, Vb), (Ue, Ve)):
@@ -186,7 +186,7 @@ def test_balance_routes_agree_and_rank_deficient_pairs_take_the_robust_one(awkwa
     np.testing.assert_allclose(G_V[ok], diag[ok], atol=1e-10 * sv.max())
     assert np.all(np.diff(sv, axis=1) <= 0)
     for i in (0, 1, 2, 3):
-        u1, v1, s1 = _balance(U[i : i + 1], V[i : i + 1])
+        u1, v1, s1 = balance(U[i : i + 1], V[i : i + 1])
         np.testing.assert_array_equal(u1[0], Ub[i])
         np.testing.assert_array_equal(v1[0], Vb[i])
         np.testing.assert_array_equal(s1[0], sv[i])
@@ -276,6 +276,68 @@ def test_batched_initialize_broadcasts_one_init():
     E = est.estimates
     assert E.shape == (3, 2, 5, 4)
     assert np.array_equal(E[0], E[2])
+
+
+# --------------------------------------------------------------------------- per-round API
+@pytest.mark.parametrize("n_trials", [None, 3])
+def test_per_round_api_reproduces_predict_and_update(n_trials):
+    """check_context -> predict_validated -> pulled -> step_validated gives the numbers of
+    predict and update bit for bit, and pulled() shows the factors before the step."""
+    est, twin = _fresh(n_trials=n_trials), _fresh(n_trials=n_trials)
+    B, K, r = 1 if n_trials is None else n_trials, 3, 2
+    trials = np.arange(B)
+    for i in range(5):
+        X, a, y, p = _good_args(n_trials)
+        X = X + i
+        Xb, fp = est.check_context(X)
+        assert Xb.shape == (B, 5, 4) and fp.shape == (B,)
+        np.testing.assert_array_equal(fp, est.fingerprint(Xb.copy()))
+        preds = est.predict_validated(Xb, fp)
+        assert preds.shape == (B, K)
+        np.testing.assert_array_equal(preds, np.reshape(twin.predict(X), (B, K)))
+        ab, yb = np.reshape(a, B), np.reshape(y, B).astype(float)
+        pb = np.reshape(p, (B, K))
+        U_all, V_all = (np.reshape(f, (B, K) + f.shape[-2:]) for f in est.factors)
+        sv_all = np.reshape(est.singular_values, (B, K, r))
+        pulled = est.pulled(Xb, ab, fp)
+        assert isinstance(pulled, PulledArms)
+        np.testing.assert_array_equal(pulled.U, U_all[trials, ab])
+        np.testing.assert_array_equal(pulled.V, V_all[trials, ab])
+        np.testing.assert_array_equal(pulled.sv, sv_all[trials, ab])
+        np.testing.assert_allclose(pulled.XV, Xb @ pulled.V, rtol=1e-12)
+        np.testing.assert_allclose(pulled.XtU, Xb.transpose(0, 2, 1) @ pulled.U, rtol=1e-12)
+        sv_before = pulled.sv.copy()
+        res = est.step_validated(Xb, ab, yb, pb, fp)
+        np.testing.assert_array_equal(res, np.reshape(twin.update(X, a, y, p), B))
+        np.testing.assert_array_equal(pulled.sv, sv_before)  # a copy, not a view
+    assert _states_equal(est.state_dict(), twin.state_dict())
+
+
+def test_arm_versions_and_factor_views_are_read_only_and_follow_the_steps():
+    est = _fresh(n_trials=2)
+    versions = est.arm_versions
+    assert versions.shape == (2, 3) and versions.dtype == np.int64
+    with pytest.raises(ValueError, match="read-only"):
+        versions[0, 0] = 7
+    U, V = est.batched_factors
+    assert U.shape == (2, 3, 5, 2) and V.shape == (2, 3, 4, 2)
+    for view in (U, V):
+        with pytest.raises(ValueError, match="read-only"):
+            view[...] = 0.0
+    before = est.arm_versions.copy()
+    X, a, y, p = _good_args(2)
+    est.update(X, a, y, p)
+    moved = versions != before  # the view follows the estimator
+    assert moved.sum() == 2 and moved[np.arange(2), a].all()
+    trials, arms = np.nonzero(moved)
+    U_moved, V_moved = est.arm_factors(trials, arms)
+    U_now, V_now = est.factors
+    np.testing.assert_array_equal(U_moved, U_now[trials, arms])
+    np.testing.assert_array_equal(V_moved, V_now[trials, arms])
+    np.testing.assert_array_equal(U, U_now)
+    U_moved[...] = 0.0  # a gathered copy: the estimator does not see it
+    assert not np.array_equal(est.factors[0][trials, arms], 0.0)
+    assert est.arm_versions.flags.writeable is False
 
 
 # --------------------------------------------------------------------------- validation

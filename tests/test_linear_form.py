@@ -1,4 +1,4 @@
-"""Tests for :class:`inference.linear_form.LinearFormInference` (Section 3, ALGORITHMS.md §4).
+"""Tests for :class:`inference.linear_form.LinearFormInference` (Section 3, docs/method.md §4).
 
 * online == batch: the running sums equal a direct numpy computation that forms every
   ``M_hat_{i,t-1}`` and every d x d projector at every round;
@@ -228,30 +228,140 @@ def test_state_dict_round_trip_continues_identically():
 def test_factor_changes_are_queued_per_changed_arm_and_flushed_in_blocks(monkeypatch):
     """With SGD-like factors only the previous pulled arm is queued (one factor pair per trial
     per round, not K), and the queue reaches the d1 x d2 accumulators in one GEMM every
-    _RING rounds instead of a product per round."""
-    import inference.linear_form as lf
+    RING rounds instead of a product per round."""
+    from inference.held_queue import RING, DebiasedSum
 
     rng = np.random.default_rng(5)
     B, K, d1, d2, r, n = 3, 4, 6, 5, 2, 40
     targets = _targets(rng, d1, d2)
     hist = make_history(rng, n, K, d1, d2, r, B=B)
     queued = []
-    real = lf._DebiasedLinearForm._flush_ring
+    real = DebiasedSum.flush
 
     def spy(self):
-        queued.append(int(np.count_nonzero(self._ring_U.any(axis=(2, 4)))))
+        queued.append(int(np.count_nonzero(self.ring_U.any(axis=(2, 4)))))
         real(self)
 
-    monkeypatch.setattr(lf._DebiasedLinearForm, "_flush_ring", spy)
+    monkeypatch.setattr(DebiasedSum, "flush", spy)
     inf = LinearFormInference(d1, d2, r, K, targets, n_trials=B)
     for row in hist:
         inf.update(*row)
     # Factors change in every round after the first: two full queues in 40 rounds.
-    assert len(queued) == (n - 1) // lf._RING == 2
+    assert len(queued) == (n - 1) // RING == 2
     # At most one pair per trial per round, plus the two extra arms moved in round 5.
-    assert all(q <= B * lf._RING + 2 * B for q in queued)
-    assert queued[1] <= B * lf._RING
-    assert 0 < inf._ring_n < lf._RING  # the rest is still queued, and read out (see above)
+    assert all(q <= B * RING + 2 * B for q in queued)
+    assert queued[1] <= B * RING
+    # The rest is still queued, and read out (see above).
+    assert 0 < inf.state_dict()["ring_n"] < RING
+
+
+def _balanced(rng, shape, d, r):
+    """Factors with orthogonal columns and ``FᵀF = diag(s)``, as LowRankSGD stores them."""
+    Q = np.linalg.qr(rng.standard_normal(shape + (d, r)))[0]
+    return Q, rng.uniform(0.5, 2.0, shape + (r,))
+
+
+def _balanced_stream(rng, n, B, K, d1, d2, r):
+    """Rounds of balanced factors in which the previous round's pulled arm moves."""
+    trials = np.arange(B)
+    QU, s = _balanced(rng, (B, K), d1, r)
+    QV, _ = _balanced(rng, (B, K), d2, r)
+    U, V = QU * np.sqrt(s)[..., None, :], QV * np.sqrt(s)[..., None, :]
+    rows, prev = [], None
+    for _ in range(n):
+        if prev is not None:
+            qu, s_new = _balanced(rng, (B,), d1, r)
+            qv, _ = _balanced(rng, (B,), d2, r)
+            U[trials, prev] = qu * np.sqrt(s_new)[:, None, :]
+            V[trials, prev] = qv * np.sqrt(s_new)[:, None, :]
+            s[trials, prev] = s_new
+        X = rng.standard_normal((B, d1, d2))
+        p = rng.dirichlet(np.ones(K), size=B) * 0.8 + 0.2 / K
+        a = rng.integers(0, K, B)
+        rows.append((U.copy(), V.copy(), s.copy(), X, a, rng.standard_normal(B), p))
+        prev = a
+    return rows
+
+
+@pytest.mark.parametrize("engine_name", ["numpy", "numba"])
+def test_update_parts_equals_update(engine_name):
+    """The wrappers' seam: changed_arms + update_parts (balanced factors, the estimator's
+    products) gives what update() gives, and position tracks the rounds absorbed."""
+    from lrbandit_gym import engine
+
+    if engine_name == "numba" and not engine.numba_available():
+        pytest.skip("needs numba (fast extra)")
+    rng = np.random.default_rng(8)
+    B, K, d1, d2, r = 3, 3, 6, 5, 2
+    targets = _targets(rng, d1, d2)
+    full = LinearFormInference(d1, d2, r, K, targets, n_trials=B)
+    parts = LinearFormInference(d1, d2, r, K, targets, n_trials=B)
+    trials = np.arange(B)
+    assert parts.position == (0, parts.position[1])
+    with engine.use(engine_name):
+        for t, (U, V, s, X, a, y, p) in enumerate(_balanced_stream(rng, 40, B, K, d1, d2, r)):
+            full.update(U, V, X, a, y, p)
+            mask = parts.changed_arms(U, V)
+            assert mask.all() if t == 0 else (mask.sum(axis=1) <= 1).all()
+            bi, ki = np.nonzero(mask)
+            Ua, Va = U[trials, a], V[trials, a]
+            products = (X @ Va, X.swapaxes(1, 2) @ Ua, s[trials, a])
+            parts.update_parts((bi, ki, U[bi, ki], V[bi, ki]), Ua, Va, X, a, y, p, products)
+            assert parts.position[0] == t + 1
+    tol = 1e-12 if engine_name == "numpy" else 1e-10
+    for key, value in full.state_dict().items():
+        if isinstance(value, np.ndarray) and value.dtype == float:
+            np.testing.assert_allclose(parts.state_dict()[key], value, rtol=tol, atol=tol)
+    for i in range(K):
+        np.testing.assert_allclose(parts.debiased_mean(i), full.debiased_mean(i), rtol=tol)
+
+
+def test_update_validated_and_aliases():
+    rng = np.random.default_rng(9)
+    B, K, d1, d2, r = 2, 3, 6, 5, 2
+    targets = _targets(rng, d1, d2)
+    hist = make_history(rng, 20, K, d1, d2, r, B=B)
+    full = LinearFormInference(d1, d2, r, K, targets, n_trials=B)
+    seam = LinearFormInference(d1, d2, r, K, targets, n_trials=B)
+    for U, V, X, a, y, p in hist:
+        full.update(U, V, X, a, y, p)
+        seam.update_validated(U, V, X, a, y, p)
+    for key, value in full.state_dict().items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(value, seam.state_dict()[key])
+    assert full.interval(1, "dense") == seam.interval(1, "dense")
+
+
+def test_position_changes_with_rounds_and_restored_state():
+    rng = np.random.default_rng(10)
+    K, d1, d2, r = 3, 6, 5, 2
+    targets = _targets(rng, d1, d2)
+    hist = make_history(rng, 4, K, d1, d2, r)
+    inf = LinearFormInference(d1, d2, r, K, targets)
+    start = inf.position
+    inf.update(*hist[0])
+    assert inf.position == (start[0] + 1, start[1])
+    state = inf.state_dict()
+    inf.update(*hist[1])
+    inf.load_state_dict(state)
+    assert inf.n_obs == 1 and inf.position != (1, start[1])  # same n, another stream
+
+
+def test_interval_is_sigma_times_S_over_root_n():
+    rng = np.random.default_rng(11)
+    K, d1, d2, r = 3, 6, 5, 2
+    targets = _targets(rng, d1, d2)
+    inf = LinearFormInference(d1, d2, r, K, targets)
+    for row in make_history(rng, 30, K, d1, d2, r):
+        inf.update(*row)
+    n = inf.n_obs
+    for k, name in enumerate(targets):
+        ci = inf.interval(2, name)
+        se = np.sqrt(inf.sigma2[2]) * np.sqrt(inf.S2[2, k]) / np.sqrt(n)
+        assert ci.standard_error == se
+        diff = inf.difference(2, 0, name)
+        var = inf.sigma2[[2, 0]] * inf.S2[[2, 0], k]
+        assert diff.standard_error == pytest.approx(np.sqrt(var.sum() / n), rel=1e-15)
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -259,8 +369,8 @@ D, R, SIGMA, B_TRIALS, N_ROUNDS = 50, 3, 0.1, 300, 300
 
 
 def _rowwise(A: np.ndarray, B: np.ndarray, chunk: int = 20) -> np.ndarray:
-    """``A @ B`` in row blocks: small GEMMs stay single-threaded, which on a shared machine
-    is much faster than one multi-threaded GEMM."""
+    """``A @ B`` in row blocks: small GEMMs stay single-threaded, so the product does not
+    compete for cores with other processes."""
     return np.concatenate([A[i : i + chunk] @ B for i in range(0, A.shape[0], chunk)])
 
 

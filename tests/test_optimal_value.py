@@ -108,6 +108,38 @@ def test_batched_equals_unbatched(mode):
         np.testing.assert_allclose(batched.sigma2[b], single.sigma2, rtol=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["known", "estimated"])
+def test_validated_seams_equal_update(mode):
+    """check_predictions + update_validated on batched arrays is update() without the
+    input checks; the underscore names are the same methods."""
+    rng = np.random.default_rng(6)
+    B, K = 3, 3
+    hist = make_history(rng, 20, K, B=B)
+    full = OptimalValueInference(K, n_trials=B, propensities=mode)
+    seams = OptimalValueInference(K, n_trials=B, propensities=mode)
+    for pred, a, y, p in hist:
+        full.update(pred, a, y, p)
+        seams.check_predictions(pred, p)
+        seams.update_validated(pred, a, y, p)
+    for key, value in full.state_dict().items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(value, seams.state_dict()[key])
+    assert full.interval() == seams.interval()
+
+
+def test_check_predictions_raises_before_any_state_change():
+    vi = OptimalValueInference(2, n_trials=2)
+    vi.update(
+        np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([0, 1]), np.ones(2), np.full((2, 2), 0.5)
+    )
+    before = vi.state_dict()
+    with pytest.raises(ValueError, match=r"a_hat.*\(trial 1\)"):
+        vi.check_predictions(np.array([[1.0, 0.0], [1.0, 0.0]]), np.array([[0.5, 0.5], [0.0, 1.0]]))
+    for key, val in before.items():
+        if isinstance(val, np.ndarray):
+            assert val.tobytes() == vi.state_dict()[key].tobytes(), key
+
+
 def test_sigma_running_includes_current_round():
     """sigma_hat^2_{a_hat,t} includes round t (sum over s <= t, Section 4)."""
     vi = OptimalValueInference(2)

@@ -109,3 +109,23 @@ def test_critical_value_matches_scipy(level):
 def test_warning_class():
     assert issubclass(InsufficientDataWarning, UserWarning)
     assert IntervalEstimate.__dataclass_params__.frozen
+
+
+def test_equality_compares_fields_and_treats_nan_as_equal():
+    def batch(est):
+        return normal_interval(
+            np.asarray(est, dtype=float),
+            np.ones(2),
+            n_obs=5,
+            confidence_level=0.9,
+            method="m",
+            batched=True,
+        )
+
+    assert batch([0.0, np.nan]) == batch([0.0, np.nan])
+    assert batch([0.0, 1.0]) != batch([0.0, 2.0])
+    assert _scalar() == _scalar() and _scalar() != _scalar(method="other")
+    assert _scalar(estimate=np.array([np.nan])) == _scalar(estimate=np.array([np.nan]))
+    assert _scalar() != batch([1.0, 1.0]) and _scalar() != (0.02, 1.98)
+    with pytest.raises(TypeError):
+        hash(_scalar())

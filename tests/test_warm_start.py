@@ -1,4 +1,5 @@
-"""Tests of agents.warm_start (nuclear-norm warm start, eq. (10))."""
+"""Tests of the nuclear-norm warm start of eq. (10): agents.warm_start and the modules beside
+it (agents.nuclear_norm, agents.factored_fit, agents.warm_start_buffer, agents.buffer_pool)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from agents.estimator import LowRankSGD
 from agents.warm_start import (
     DEFAULT_WARM_START_ROUNDS,
     WarmStartBuffer,
-    fit_nuclear_norm,
     nuclear_norm_fit,
 )
 
@@ -38,9 +38,9 @@ def test_paper_setting_default_length_is_sigma_close():
     """d=50, r=3, K=2, sigma=0.1, uniform actions, DEFAULT_WARM_START_ROUNDS rounds."""
     truth, X, a, y = _problem(0, DEFAULT_WARM_START_ROUNDS, 50, 50, 3)
     X = X.astype(np.float32)  # as stored by WarmStartBuffer
-    fit = fit_nuclear_norm(X, a, y, 2, rank=3)
+    fit = nuclear_norm_fit(X, a, y, 2, rank=3, full_output=True)
     err = np.linalg.norm(_truncate(fit.estimate, 3) - truth, axis=(1, 2))
-    assert np.all(err < 0.1), err  # measured ~0.065 over 10 seeds
+    assert np.all(err < 0.1), err  # sigma-close, as Algorithm 1's start needs
     np.testing.assert_allclose(fit.noise_std, 0.1, rtol=0.15)
     assert fit.refit and fit.converged
     # The estimate initialises the SGD as eq. (10) prescribes.
@@ -57,15 +57,15 @@ def test_factored_solver_recovers_every_factor_in_the_paper_setting():
     X = X.astype(np.float32)
     M = nuclear_norm_fit(X, a, y, 2, rank=3)
     err = np.linalg.norm(_truncate(M, 3) - truth, axis=(1, 2))
-    assert np.all(err < 0.1), err  # measured 0.064 and 0.066; their gap 0.024 and 0.033
-    proximal = fit_nuclear_norm(X, a, y, 2, rank=3).estimate
+    assert np.all(err < 0.1), err
+    proximal = nuclear_norm_fit(X, a, y, 2, rank=3, solver="proximal")
     gap = np.linalg.norm(_truncate(M, 3) - _truncate(proximal, 3), axis=(1, 2))
     assert np.all(gap < 0.05), gap
 
 
 def test_without_rank_nuclear_norm_alone_recovers():
     truth, X, a, y = _problem(1, 1200, 12, 10, 2)
-    fit = fit_nuclear_norm(X, a, y, 2)
+    fit = nuclear_norm_fit(X, a, y, 2, full_output=True)
     assert not fit.refit
     err = np.linalg.norm(_truncate(fit.estimate, 2) - truth, axis=(1, 2))
     assert np.all(err < 0.1), err
@@ -99,10 +99,10 @@ def test_explicit_penalty_solves_the_convex_problem():
 def test_batched_equals_per_trial():
     truth, X, a, y = _problem(3, 250, 7, 6, 1, lead=(3,))
     kw = dict(tol=1e-10, max_iter=20_000)
-    batched = fit_nuclear_norm(X, a, y, 2, rank=1, **kw)
+    batched = nuclear_norm_fit(X, a, y, 2, rank=1, full_output=True, **kw)
     assert batched.estimate.shape == (3, 2, 7, 6)
     for b in range(3):
-        single = fit_nuclear_norm(X[b], a[b], y[b], 2, rank=1, **kw)
+        single = nuclear_norm_fit(X[b], a[b], y[b], 2, rank=1, full_output=True, **kw)
         np.testing.assert_allclose(batched.penalty[b], single.penalty, rtol=1e-8)
         np.testing.assert_allclose(batched.estimate[b], single.estimate, rtol=0, atol=1e-7)
 
@@ -114,8 +114,8 @@ def test_zero_weights_equal_dropping_rounds(rank):
     w = np.ones(300)
     w[half:] = 0.0
     kw = dict(tol=1e-10, max_iter=20_000, rank=rank)
-    weighted = fit_nuclear_norm(X, a, y, 2, weights=w, **kw)
-    dropped = fit_nuclear_norm(X[:half], a[:half], y[:half], 2, **kw)
+    weighted = nuclear_norm_fit(X, a, y, 2, weights=w, full_output=True, **kw)
+    dropped = nuclear_norm_fit(X[:half], a[:half], y[:half], 2, full_output=True, **kw)
     np.testing.assert_allclose(weighted.penalty, dropped.penalty, rtol=1e-8)
     np.testing.assert_allclose(weighted.estimate, dropped.estimate, rtol=0, atol=1e-7)
     np.testing.assert_array_equal(weighted.n_obs, dropped.n_obs)
@@ -141,14 +141,14 @@ def test_completion_context():
     X[np.arange(n), rows, cols] = 1.0
     a = rng.integers(0, 2, n)
     y = truth[a, rows, cols] + 0.1 * rng.standard_normal(n)
-    fit = fit_nuclear_norm(X, a, y, 2, context="completion", rank=r)
+    fit = nuclear_norm_fit(X, a, y, 2, context="completion", rank=r, full_output=True)
     rel = np.linalg.norm(_truncate(fit.estimate, r) - truth, axis=(1, 2)) / np.linalg.norm(
         truth, axis=(1, 2)
     )
     assert np.all(rel < 0.05), rel
     with pytest.raises(ValueError, match="one-hot"):
         not_one_hot = X + 0.5 * (np.arange(n) == 3)[:, None, None]
-        fit_nuclear_norm(not_one_hot, a, y, 2, context="completion")
+        nuclear_norm_fit(not_one_hot, a, y, 2, context="completion")
 
 
 def test_empty_arm_warns_and_returns_zero():
@@ -157,6 +157,26 @@ def test_empty_arm_warns_and_returns_zero():
     with pytest.warns(RuntimeWarning, match="arm 1"):
         M = nuclear_norm_fit(X, a, y, 2)
     assert np.all(M[1] == 0) and np.abs(M[0]).max() > 0
+
+
+def test_one_entry_point_returns_the_array_or_the_full_result():
+    """full_output=True gives the proximal solver's NuclearNormFit, whose estimate is the
+    array the same call returns without it; the factored solver has no diagnostics."""
+    from agents.nuclear_norm import NuclearNormFit
+
+    truth, X, a, y = _problem(12, 300, 7, 6, 1)
+    fit = nuclear_norm_fit(X, a, y, 2, rank=1, full_output=True)
+    assert isinstance(fit, NuclearNormFit) and fit.refit
+    np.testing.assert_array_equal(
+        fit.estimate, nuclear_norm_fit(X, a, y, 2, rank=1, solver="proximal")
+    )
+    factored = nuclear_norm_fit(X, a, y, 2, rank=1)
+    np.testing.assert_array_equal(factored, nuclear_norm_fit(X, a, y, 2, rank=1, solver="factored"))
+    assert np.abs(factored - fit.estimate).max() > 0  # rank given: factored by default
+    with pytest.raises(ValueError, match="full_output"):
+        nuclear_norm_fit(X, a, y, 2, rank=1, solver="factored", full_output=True)
+    with pytest.raises(ValueError, match="needs rank"):
+        nuclear_norm_fit(X, a, y, 2, solver="factored")
 
 
 @pytest.mark.parametrize(
@@ -247,6 +267,11 @@ def test_buffer_batched_and_validation():
     clone = WarmStartBuffer(6, 5, 2, length=150, n_trials=2)
     clone.load_state_dict(buf.state_dict())
     np.testing.assert_array_equal(clone.fit(rank=1, tol=1e-10, max_iter=20_000), M)
+    full = buf.fit(rank=1, tol=1e-10, max_iter=20_000, full_output=True)
+    np.testing.assert_array_equal(
+        full.estimate, buf.fit(rank=1, solver="proximal", tol=1e-10, max_iter=20_000)
+    )
+    assert full.n_obs.shape == (2, 2)
     buf.clear()
     assert buf.n == 0 and not buf.full
     with pytest.raises(RuntimeError, match="empty"):
@@ -256,7 +281,10 @@ def test_buffer_batched_and_validation():
 def test_released_storage_is_reused_only_when_asked():
     """reuse_buffer_memory(True) hands a released buffer's storage to the next buffer of the
     same shape (the study workers' setting); by default release frees it."""
+    from agents import buffer_pool
     from agents.warm_start import reuse_buffer_memory
+
+    assert reuse_buffer_memory is buffer_pool.reuse_buffer_memory
 
     assert reuse_buffer_memory(False) is False  # the default is off
     first = WarmStartBuffer(4, 3, 2, length=5, n_trials=2)

@@ -293,3 +293,52 @@ def test_save_and_resume_give_bit_identical_intervals():
                 == wb.env.interval(arm, "T2").standard_error
             )
         assert wa.interval().estimate == wb.interval().estimate
+
+
+def _stacked(n_rounds=40):
+    env = make_env()
+    agent = EpsilonGreedy(env, rank=R, M_init=truth_init(env), seed=0)
+    targets = {"T1": np.eye(D1, D2), "corner": np.pad(np.ones((1, 1)), ((0, D1 - 1), (0, D2 - 1)))}
+    params = ParameterInference(env, targets, estimator=agent.estimator)
+    stack = gym.wrappers.RecordEpisodeStatistics(ValueInference(params))
+    obs, _ = stack.reset(seed=1)
+    play(stack, agent, obs, n_rounds)
+    return stack, params
+
+
+def test_stacked_wrappers_are_reached_by_name_through_gymnasium():
+    stack, params = _stacked()
+    found = stack.get_wrapper_attr("parameter_inference")
+    assert found is params
+    value = stack.get_wrapper_attr("value_inference")
+    assert isinstance(value, ValueInference)
+    ci = found.interval(1, "T1")
+    assert ci == params.interval(1, "T1")
+    assert np.isfinite(value.interval().estimate)
+
+
+def test_value_test_greater_takes_a_confidence_level():
+    stack, _ = _stacked()
+    value = stack.get_wrapper_attr("value_inference")
+    t90 = value.test_greater(0.0, confidence_level=0.90)
+    t99 = value.test_greater(0.0, confidence_level=0.99)
+    assert t90.p_value == t99.p_value  # the test does not depend on the level
+    assert t99.low < t90.low  # the one-sided bound does
+    assert t90 == value.core.test_greater(0.0, confidence_level=0.90)
+    with pytest.raises(ValueError, match="confidence_level"):
+        value.test_greater(0.0, confidence_level=1.5)
+
+
+def test_to_frame_covers_every_wrapper_of_the_stack():
+    pd = pytest.importorskip("pandas")
+    stack, params = _stacked()
+    value = stack.get_wrapper_attr("value_inference")
+    frame = value.to_frame(confidence_level=0.9)
+    assert isinstance(frame, pd.DataFrame)
+    labels = [label for label, _ in params.results(0.9)]
+    assert list(frame["quantity"]) == ["V*", *labels]
+    row = frame.set_index("quantity").loc["<M_1, T1>"]
+    ci = params.interval(1, "T1", confidence_level=0.9)
+    assert row["low"] == ci.low and row["high"] == ci.high and row["trial"] == 0
+    # the inner wrapper's frame holds only its own rows
+    assert list(params.to_frame(0.9)["quantity"]) == labels

@@ -207,14 +207,16 @@ def bench_study_round(d: int = 50, num_envs: int = 125, seed: int = 0) -> dict:
     ``api``: the study's round through the public API (ε-greedy ``act``, the vector env
     wrapped by :class:`inference.VectorParameterInference`, ``update``); ``internals``: the
     same arithmetic through the internal entry points that round ends up in (the env's
-    expected rewards, ``LowRankSGD._predict``/``_pulled``/``_step`` and the inference core's
-    ``_absorb_parts``), with one finiteness check of the context and no wrappers.  Both are
-    reported as seconds beyond the draw, so their difference is what validation and the
-    layers cost, and ``internals`` is the floor of this numpy implementation.
+    expected rewards, ``LowRankSGD.predict_validated``/``step_validated`` and the
+    :class:`~inference.estimator_feed.EstimatorFeed` the wrappers use), with one finiteness
+    check of the context and no wrappers.  Both are reported as seconds beyond the draw, so
+    their difference is what validation and the layers cost, and ``internals`` is the floor
+    of this numpy implementation.
     """
     from threadpoolctl import threadpool_limits
 
     from inference import LinearFormInference, VectorParameterInference
+    from inference.estimator_feed import EstimatorFeed
     from lrbandit_gym.experiments.studies import StudyConfig, make_study_env, paper_targets
 
     with threadpool_limits(1):
@@ -234,35 +236,26 @@ def bench_study_round(d: int = 50, num_envs: int = 125, seed: int = 0) -> dict:
         core = LinearFormInference(
             d, d, est.rank, est.n_actions, paper_targets(d, d), n_trials=num_envs
         )
+        feed = EstimatorFeed(est, core)
         rng = np.random.default_rng(seed)
         trials = np.arange(num_envs)
-        seen = {"versions": None}
 
         def internals_round():
             X = rng.standard_normal((num_envs, d, d))
             mean = problem.expected_rewards(X, None)
-            fp = est._fingerprint(X)
+            fp = est.fingerprint(X)
             if not np.isfinite(fp).all():
                 raise FloatingPointError("non-finite context")
-            preds = est._predict(X, fp)
+            preds = est.predict_validated(X, fp)
             eps = agent.epsilon_at(est.t + 1)
             best = preds.argmax(axis=1)
             probs = np.full(preds.shape, eps / est.n_actions)
             probs[trials, best] += 1.0 - eps
             a = np.where(rng.random(num_envs) < eps, rng.integers(0, est.n_actions, num_envs), best)
             y = mean[trials, a] + problem.noise_std[a] * rng.standard_normal(num_envs)
-            Ua, Va, XV, XtU = est._pulled(X, a, fp)
-            versions = est._arm_version.copy()
-            if seen["versions"] is None:
-                bi, ki = np.nonzero(core._changed_arms(est._U, est._V))
-            else:
-                bi, ki = np.nonzero(versions != seen["versions"])
-            seen["versions"] = versions
-            changes = (bi, ki, est._U[bi, ki], est._V[bi, ki])
-            products = (XV, XtU, est._sv[trials, a])
-            weight = 1.0 / probs[trials, a]
-            core._absorb_parts(changes, Ua, Va, X, a, y, weight, balanced=True, products=products)
-            est._step(X, a, y, probs, fp)
+            snapshot = feed.snapshot(X, a, fp)
+            feed.absorb(snapshot, X, a, y, probs)
+            est.step_validated(X, a, y, probs, fp)
 
         for _ in range(20):  # past the first rounds (exact comparisons, cold caches)
             api_round()

@@ -1,7 +1,7 @@
 """The ensemble-sampling study: optimal-value inference with estimated propensities.
 
 The paper's Appendix B.3 ("Optimal Policy Value Inference with Approximate Thompson
-Sampling", Algorithm 6; ALGORITHMS.md §2, §5 and §6) runs ensemble sampling on
+Sampling", Algorithm 6; docs/method.md §2, §5 and §6) runs ensemble sampling on
 ``d1 = d2 = 20``, ``r = 1`` with ``K_ens = 10`` models, ``sigma_u = sigma_v = sigma = 0.1``
 and reward perturbations ``sigma~ = 0.05``, infers ``V*`` with the estimated exploration
 probabilities of Appendix A (eqs. A.2-A.4), and reports that over 500 trials the z-scores
@@ -89,7 +89,7 @@ def _positive_float(value, name: str, *, allow_zero: bool = False) -> float:
 
 @dataclass(frozen=True)
 class EnsembleStudyConfig:
-    """One ensemble-sampling setting (defaults: the paper's Appendix B.3, ALGORITHMS.md §6).
+    """One ensemble-sampling setting (defaults: the paper's Appendix B.3, docs/method.md §6).
 
     Parameters
     ----------

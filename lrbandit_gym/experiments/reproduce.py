@@ -1,4 +1,4 @@
-"""``lrbandit reproduce``: the paper's simulation studies (ALGORITHMS.md §6), from one command.
+"""``lrbandit reproduce``: the paper's simulation studies (docs/method.md §6), from one command.
 
 Each study runs on the vector environment with a batched agent (ε-greedy low-rank SGD; for
 ``ensemble``, ensemble sampling of Appendix B.3 with the inference of Appendix A) and the
@@ -130,7 +130,7 @@ PAPER_ENSEMBLE = "z-scores close to N(0, 1) at n = 300 and n = 700 (a histogram;
 
 STUDIES = ("table1", "table2", "table3", "value", "ensemble")
 
-#: The paper's trials and checkpoints n of each study (ALGORITHMS.md §6).
+#: The paper's trials and checkpoints n of each study (docs/method.md §6).
 STUDY_DEFAULTS = {
     "table1": (5000, (1000, 2000, 3000)),
     "table2": (5000, (1000, 2000, 3000)),
@@ -213,7 +213,7 @@ def _local_map(jobs: int, stream):
     """Process-pool map with a progress bar (chunks complete in any order)."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    from lrbandit_gym.experiments.studies import _single_threaded_blas
+    from lrbandit_gym.experiments.studies import single_threaded_blas
 
     def map_fn(fn, items):
         start = time.perf_counter()
@@ -229,7 +229,7 @@ def _local_map(jobs: int, stream):
             finally:
                 reuse_buffer_memory(previous)
             return results
-        with ProcessPoolExecutor(jobs, initializer=_single_threaded_blas) as pool:
+        with ProcessPoolExecutor(jobs, initializer=single_threaded_blas) as pool:
             futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
             for done, future in enumerate(as_completed(futures), 1):
                 results[futures[future]] = future.result()
@@ -264,8 +264,8 @@ def draw_baseline(
     single loop, not the median); drawing is linear in the number of contexts, so the mean
     over processes scales up to the whole study: its warm-start rounds and online rounds for
     every trial.  At the defaults one call draws for about 5 s; ``lrbandit reproduce`` calls
-    it before and after the run and reports the mean (on this project's shared machine a
-    single 3 s window has measured from 382 s to 504 s for Table 1).
+    it before and after the run and reports the mean, since the machine's speed can drift
+    while a long study runs.
     """
     rounds = sum(_study_rounds(config))
     per_loop = max(1, int(rounds * sample / repeats))

@@ -2,7 +2,7 @@
 ``lrbandit reproduce``.
 
 A study runs B trials at once on the vector environment, with a batched ε-greedy low-rank
-agent and the inference wrappers sharing its estimator (the paper's procedure, ALGORITHMS.md
+agent and the inference wrappers sharing its estimator (the paper's procedure, docs/method.md
 §6), and records every interval at chosen checkpoints ``n`` (one run of 3000 rounds gives
 n = 1000, 2000 and 3000).  Trials are processed in chunks of fixed size whose seeds are
 spawned from one ``SeedSequence``, so results do not depend on how chunks are scheduled.
@@ -49,7 +49,7 @@ def paper_targets(d1: int, d2: int) -> dict[str, np.ndarray]:
 
 @dataclass(frozen=True)
 class StudyConfig:
-    """One simulation setting (defaults: the paper's Table 1, ALGORITHMS.md §6)."""
+    """One simulation setting (defaults: the paper's Table 1, docs/method.md §6)."""
 
     d1: int = 50
     d2: int = 50
@@ -308,13 +308,13 @@ def run_study(
 
 def _run_job(job):
     """A chunk for ``map_fn``: ``(config, n_trials, seed, engine)``, run with that engine
-    (the process pools' initializer, :func:`_single_threaded_blas`, makes their workers keep
+    (the process pools' initializer, :func:`single_threaded_blas`, makes their workers keep
     one warm-start buffer for all their chunks)."""
     *args, kernels = job
     return engine.call(kernels, run_chunk, *args)
 
 
-def _single_threaded_blas() -> None:
+def single_threaded_blas() -> None:
     """Worker initializer: one BLAS thread per process (2 processes on 2 cores, not 2×2),
     one warm-start buffer reused by all the chunks the process runs, and freed memory kept
     for reuse (:func:`_keep_freed_memory`)."""
@@ -337,8 +337,8 @@ def _keep_freed_memory() -> bool:
 
     The warm-start fit allocates and frees arrays of ~10 MB per trial and arm.  By default
     glibc hands such blocks back to the kernel as soon as they are freed, so the next trial
-    faults every page in again and the kernel zeroes it: 30 000 to 180 000 page faults per
-    125-trial chunk, measured, and 10-25% of the fit's time.  Serving blocks up to 32 MB
+    faults every page in again and the kernel zeroes it (docs/performance.md gives the
+    counts).  Serving blocks up to 32 MB
     from the heap and keeping up to 1 GB of freed heap removes them; the numbers computed do
     not change.  Larger blocks (the warm-start buffer) are still mapped on their own.
 
@@ -369,7 +369,7 @@ def process_map(jobs: int):
     from concurrent.futures import ProcessPoolExecutor
 
     def map_fn(fn, items):
-        with ProcessPoolExecutor(jobs, initializer=_single_threaded_blas) as pool:
+        with ProcessPoolExecutor(jobs, initializer=single_threaded_blas) as pool:
             return list(pool.map(fn, items))
 
     return map_fn

@@ -1,11 +1,12 @@
-"""Compiled (numba) kernels of :class:`agents.estimator.LowRankSGD`'s step (engine "numba").
+"""Compiled (numba) kernels of :class:`agents.estimator.LowRankSGD`'s round (engine "numba").
 
 One loop over trials runs what the numpy engine does with stacked calls
-(:meth:`LowRankSGD._step`, :func:`agents.estimator._balance`): the residual, the weighted
-SGD step of Algorithm 1 and the balancing of Lemma 2.1 by an ``r x r`` Cholesky factor and
-a cyclic Jacobi eigendecomposition, then the write-back of the pulled arms.  Pairs that the
-numpy engine balances by its eigendecomposition route (nearly rank-deficient factors) are
-flagged and left to it, so both engines treat them alike.  Imported only when numba runs
+(:meth:`LowRankSGD.step_validated <agents.estimator.LowRankSGD.step_validated>`,
+:func:`agents.balancing.balance`): the residual, the weighted SGD step of eq. (8) and the
+balancing of Lemma 2.1 by an ``r x r`` Cholesky factor and a cyclic Jacobi
+eigendecomposition, then the write-back of the pulled arms.  Pairs that the numpy engine
+balances by its eigendecomposition route (nearly rank-deficient factors) are flagged and
+left to it, so both engines treat them alike.  Imported only when numba runs
 (:mod:`lrbandit_gym.engine`).
 """
 
@@ -14,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# _balance's thresholds, so that both engines send the same pairs to the eigen route.
-from agents.estimator import _CHOL_FLOOR, _TINY, _WEAK_FLOOR
+# balance()'s thresholds, so that both engines send the same pairs to the eigen route.
+from agents.balancing import CHOL_FLOOR, DIVERGED, TINY, WEAK_FLOOR, balance
 
 _JACOBI_SWEEPS = 60
 
@@ -102,7 +103,7 @@ def _apply(F, T, row):
 
 @njit(cache=True)
 def balance_pair(U, V, sv, work):
-    """Balance one pair in place (see :func:`agents.estimator._balance`); returns the status.
+    """Balance one pair in place (see :func:`agents.balancing.balance`); returns the status.
 
     ``U`` (d1, r), ``V`` (d2, r), ``sv`` (r,) receives the singular values (decreasing);
     ``work`` is scratch of shape (10, r, r).  With status ``WEAK`` or ``NONFINITE`` the
@@ -131,7 +132,7 @@ def balance_pair(U, V, sv, work):
     scale = 0.0
     for i in range(r):
         scale = max(scale, Gu[i, i])
-    jitter = _TINY + _CHOL_FLOOR * scale
+    jitter = TINY + CHOL_FLOOR * scale
     min_pivot = np.inf
     for j in range(r):  # Cholesky of Gu + jitter I (lower)
         s = Gu[j, j] + jitter
@@ -148,7 +149,7 @@ def balance_pair(U, V, sv, work):
             L[i, j] = s2 / L[j, j]
         for i in range(j):
             L[i, j] = 0.0
-    if min_pivot <= 1e3 * _CHOL_FLOOR * scale:
+    if min_pivot <= 1e3 * CHOL_FLOOR * scale:
         return WEAK
     for i in range(r):  # S = L^T Gv L
         for j in range(r):
@@ -174,7 +175,7 @@ def balance_pair(U, V, sv, work):
             lam[i], lam[best] = lam[best], lam[i]
             for k in range(r):
                 Q[k, i], Q[k, best] = Q[k, best], Q[k, i]
-    if not lam[r - 1] > _WEAK_FLOOR * lam[0]:
+    if not lam[r - 1] > WEAK_FLOOR * lam[0]:
         return WEAK
     for j in range(r):  # Li = L^{-1}, lower triangular
         for i in range(r):
@@ -238,7 +239,8 @@ def sgd_step(U, V, a, y, coef, XV, XtU, U_new, V_new, sv_new, res, status):
 
 @njit(cache=True)
 def write_pulled(U, V, sv, V_cat, counts, versions, a, U_new, V_new, sv_new):
-    """Store the pulled arms' new factors (the scatter of :meth:`LowRankSGD._step`)."""
+    """Store the pulled arms' new factors (the scatter of
+    :meth:`LowRankSGD.step_validated <agents.estimator.LowRankSGD.step_validated>`)."""
     for b in range(U.shape[0]):
         k = a[b]
         U[b, k] = U_new[b]
@@ -252,7 +254,8 @@ def write_pulled(U, V, sv, V_cat, counts, versions, a, U_new, V_new, sv_new):
 @njit(cache=True)
 def predictions(XV, U, preds):
     """``preds[b, k] = <U_k, X V_k>`` from ``XV`` (B, d1, K, r) and ``U`` (B, K, d1, r): the
-    predicted rewards ``<U_k V_k^T, X>`` of :meth:`LowRankSGD.predict`."""
+    predicted rewards ``<U_k V_k^T, X>`` of
+    :meth:`LowRankSGD.predict <agents.estimator.LowRankSGD.predict>`."""
     B, d1, K, r = XV.shape
     for b in range(B):
         for k in range(K):
@@ -261,3 +264,36 @@ def predictions(XV, U, preds):
                 for s in range(r):
                     p += XV[b, i, k, s] * U[b, k, i, s]
             preds[b, k] = p
+
+
+def step_pulled(U, V, sv, V_cat, counts, versions, a, y, coef, XV, XtU):
+    """The step of :meth:`LowRankSGD.step_validated <agents.estimator.LowRankSGD.step_validated>`
+    for every trial, from the products on: :func:`sgd_step`, then :func:`write_pulled`.
+
+    Pairs the kernel flags as nearly rank-deficient are balanced by
+    :func:`agents.balancing.balance`, as the numpy engine would.  The state arrays (``U``,
+    ``V``, ``sv``, ``V_cat``, ``counts``, ``versions``) change only after every pair is
+    balanced.  Returns the residuals (B,).
+
+    Raises
+    ------
+    FloatingPointError
+        If a pair diverged (non-finite factors); the state is then unchanged.
+    """
+    B, r = len(a), U.shape[-1]
+    a = np.ascontiguousarray(a, dtype=np.int64)
+    U_new = np.empty((B, U.shape[2], r))
+    V_new = np.empty((B, V.shape[2], r))
+    sv_new = np.empty((B, r))
+    res = np.empty(B)
+    status = np.empty(B, dtype=np.int8)
+    coef = np.broadcast_to(np.asarray(coef, dtype=np.float64), (B,))
+    sgd_step(U, V, a, y, coef, XV, XtU, U_new, V_new, sv_new, res, status)
+    if status.any():
+        if (status == NONFINITE).any():
+            raise FloatingPointError(DIVERGED)
+        weak = status == WEAK
+        U_new[weak], V_new[weak], sv_new[weak] = balance(U_new[weak], V_new[weak])
+    # ---- nothing below raises: the state changes only now ----------------------------
+    write_pulled(U, V, sv, V_cat, counts, versions, a, U_new, V_new, sv_new)
+    return res

@@ -1,0 +1,151 @@
+"""The products of a round's context with the estimator's factors, computed once a round.
+
+In one round the policy predicts every arm's reward (``X V_a`` for all arms), the inference
+wrappers snapshot the pulled arms' products (``X V_a``, ``Xᵀ U_a``) and the estimator takes
+its step with the same products.  :class:`ProductCache` computes each of them once and hands
+it to all three.  An entry is keyed by the context's *fingerprint* ``<X, W>`` (fixed weights
+``W`` in ``[1, 2)``, one GEMV), so a caller may copy or reshape the context between the
+calls while a context edited in place is recomputed; any change of the factors drops the
+entry (:meth:`ProductCache.invalidate`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FINGERPRINT_SEED", "GEMV_MIN_SIZE", "ProductCache", "context_products"]
+
+#: Seed of the fixed weights that fingerprint a context.
+FINGERPRINT_SEED = 20261126
+#: Context size (``d1 * d2``) from which :func:`context_products` computes one unbatched
+#: context's products column by column.
+GEMV_MIN_SIZE = 40_000
+
+
+def context_products(
+    X: np.ndarray, U: np.ndarray, V: np.ndarray, xv: bool = True
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """``X V`` and ``X^T U`` for stacks of contexts (B, d1, d2) and factors (B, d1, r), (B, d2, r).
+
+    For one large context (``B = 1``, at least :data:`GEMV_MIN_SIZE` entries) r
+    matrix-vector products, one per column, are faster than a matrix product with r (~3)
+    columns; everything else is one stacked matmul per product.  (A batched run of large
+    contexts therefore agrees with unbatched runs to rounding, not bit for bit.)  With
+    ``xv=False`` only ``X^T U`` is computed and ``None`` stands for ``X V``.
+    """
+    if X.shape[0] > 1 or X[0].size < GEMV_MIN_SIZE:
+        return (np.matmul(X, V) if xv else None), np.matmul(X.transpose(0, 2, 1), U)
+    X2 = X[0]
+    r = U.shape[2]
+    XV = np.empty((1, X2.shape[0], r)) if xv else None
+    XtU = np.empty((1, X2.shape[1], r))
+    V_rows = np.ascontiguousarray(V[0].T)
+    U_rows = np.ascontiguousarray(U[0].T)
+    for j in range(r):
+        if xv:
+            XV[0, :, j] = X2 @ V_rows[j]
+        XtU[0, :, j] = U_rows[j] @ X2
+    return XV, XtU
+
+
+class ProductCache:
+    """The current round's context products, shared by predict, the wrappers and the step.
+
+    Parameters
+    ----------
+    d1, d2 : int
+        Context shape.
+    n_trials : int or None
+        ``None`` for an unbatched estimator: the pulled arm's factors are then returned as
+        views of the storage (basic indexing, cheaper); batched, as gathered copies.
+
+    Attributes
+    ----------
+    weights : ndarray of shape (d1 * d2,)
+        The fingerprint's fixed weights, in ``[1, 2)``.
+    """
+
+    def __init__(self, d1: int, d2: int, n_trials: int | None) -> None:
+        self.weights = np.random.default_rng(FINGERPRINT_SEED).uniform(1.0, 2.0, d1 * d2)
+        self._unbatched = n_trials is None
+        self._trials = np.arange(1 if n_trials is None else n_trials)
+        self._entry: dict[str, Any] | None = None
+
+    def invalidate(self) -> None:
+        """Forget the products: the factors changed."""
+        self._entry = None
+
+    def fingerprint(self, Xb: np.ndarray) -> np.ndarray:
+        """Per-trial ``<X, W>`` of a (B, d1, d2) stack, shape (B,) (one GEMV).
+
+        It tells whether a context is the one the products were computed for.
+        """
+        with np.errstate(over="ignore", invalid="ignore"):  # callers check it is finite
+            return Xb.reshape(Xb.shape[0], -1) @ self.weights
+
+    def _entry_for(self, Xb: np.ndarray, fp: np.ndarray | None) -> dict[str, Any]:
+        """The entry for context ``Xb`` (``fp``: its fingerprint, if the caller has it)."""
+        if fp is None:
+            fp = self.fingerprint(Xb)
+        entry = self._entry
+        if entry is None or not np.array_equal(entry["fp"], fp):
+            entry = self._entry = {"fp": fp}
+        return entry
+
+    def all_arm_products(
+        self, Xb: np.ndarray, V_cat: np.ndarray, fp: np.ndarray | None = None
+    ) -> np.ndarray:
+        """``X V_a`` for every arm, shape (B, d1, K, r): one product of ``Xb`` (B, d1, d2)
+        with the arms' ``V`` factors side by side, ``V_cat`` (B, d2, K, r)."""
+        entry = self._entry_for(Xb, fp)
+        if "XV" not in entry:
+            B, d2, K, r = V_cat.shape
+            entry["XV"] = np.matmul(Xb, V_cat.reshape(B, d2, K * r)).reshape(B, -1, K, r)
+        return entry["XV"]
+
+    def pulled(
+        self,
+        Xb: np.ndarray,
+        a: np.ndarray,
+        U_all: np.ndarray,
+        V_all: np.ndarray,
+        fp: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The pulled arms' factors and products for context ``Xb`` (B, d1, d2).
+
+        Parameters
+        ----------
+        Xb : ndarray of shape (B, d1, d2)
+        a : ndarray of int, shape (B,)
+            The pulled arms.
+        U_all, V_all : ndarray of shape (B, K, d1, r), (B, K, d2, r)
+            Every arm's factors.
+        fp : ndarray of shape (B,), optional
+            The fingerprint of ``Xb``, if the caller has it.
+
+        Returns
+        -------
+        U, V : ndarray of shape (B, d1, r), (B, d2, r)
+            ``U_all[b, a[b]]``, ``V_all[b, a[b]]`` (views of them when unbatched).
+        XV, XtU : ndarray of shape (B, d1, r), (B, d2, r)
+            ``X V_a`` (taken from :meth:`all_arm_products` when that ran on this context)
+            and ``Xᵀ U_a``.
+        """
+        entry = self._entry_for(Xb, fp)
+        pulled = entry.get("pulled")
+        if pulled is not None and np.array_equal(pulled[0], a):
+            return pulled[1:]
+        if self._unbatched:
+            a0 = int(a[0])
+            U, V = U_all[0, a0][None], V_all[0, a0][None]
+        else:
+            U, V = U_all[self._trials, a], V_all[self._trials, a]  # gathered copies
+        if "XV" in entry:  # the all-arm product has run on this context
+            XV = entry["XV"][np.arange(len(a)), :, a, :]
+            XtU = context_products(Xb, U, V, xv=False)[1]
+        else:
+            XV, XtU = context_products(Xb, U, V)
+        entry["pulled"] = (np.array(a, copy=True), U, V, XV, XtU)
+        return U, V, XV, XtU

@@ -1,0 +1,244 @@
+"""Bounded store of the warm start's exploration rounds (eq. (10), docs/method.md §3).
+
+The warm start fits ``M_init`` once, from the first ``length`` rounds; a
+:class:`WarmStartBuffer` holds exactly those rounds in memory allocated once, hands them to
+:func:`agents.warm_start.nuclear_norm_fit`, and gives its storage up afterwards
+(to :mod:`agents.buffer_pool` when that pool is on).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from agents.buffer_pool import give_spare, take_spare
+from lrbandit_gym.validation import (
+    check_actions,
+    check_context,
+    check_finite,
+    check_positive_int,
+    check_rewards,
+    check_weights,
+)
+
+__all__ = ["WarmStartBuffer"]
+
+
+class WarmStartBuffer:
+    """Preallocated store for the exploration phase that feeds
+    :func:`~agents.warm_start.nuclear_norm_fit`.
+
+    Memory is ``O(length * d1 * d2)`` per trial, allocated once.  Contexts are stored as
+    float32 by default (half the memory; the fit is unaffected at the noise levels of
+    interest: rounding perturbs ``<M, X>`` by ~1e-7 relative).
+
+    Parameters
+    ----------
+    d1, d2 : int
+        Context shape.
+    n_actions : int
+        Number of arms ``K``.
+    length : int
+        Capacity in rounds (e.g. :data:`agents.warm_start.DEFAULT_WARM_START_ROUNDS`).
+    n_trials : int or None, default None
+        Batch size ``B`` (None: unbatched API, as in :class:`~agents.estimator.LowRankSGD`).
+    dtype : {numpy.float32, numpy.float64}, default numpy.float32
+        Storage type of the contexts.
+
+    Examples
+    --------
+    >>> buf = WarmStartBuffer(4, 3, n_actions=2, length=2)
+    >>> buf.add(np.ones((4, 3)), action=0, reward=1.0)
+    >>> buf.full
+    False
+    """
+
+    def __init__(
+        self,
+        d1: int,
+        d2: int,
+        n_actions: int,
+        length: int,
+        n_trials: int | None = None,
+        *,
+        dtype: Any = np.float32,
+    ) -> None:
+        self.d1 = check_positive_int(d1, "d1")
+        self.d2 = check_positive_int(d2, "d2")
+        self.n_actions = check_positive_int(n_actions, "n_actions")
+        self.length = check_positive_int(length, "length")
+        self.n_trials = None if n_trials is None else check_positive_int(n_trials, "n_trials")
+        dt = np.dtype(dtype)
+        if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise ValueError(f"dtype must be float32 or float64, got {dt}")
+        B = 1 if self.n_trials is None else self.n_trials
+        shape = (B, self.d1, self.length, self.d2)
+        # Stored as (B, d1, length, d2): each trial's rounds of one arm are then one block
+        # for the factored fit's GEMMs (agents.factored_fit); data() returns the
+        # (B, n, d1, d2) view.
+        self._X = take_spare(shape, dt)
+        self._actions = np.zeros((B, self.length), dtype=np.int64)
+        self._rewards = np.zeros((B, self.length))
+        self._weights = np.zeros((B, self.length))
+        self._n = 0
+
+    @property
+    def n(self) -> int:
+        """Rounds stored so far."""
+        return self._n
+
+    @property
+    def full(self) -> bool:
+        """Whether ``length`` rounds have been stored."""
+        return self._n >= self.length
+
+    def add(self, X: Any, action: Any, reward: Any, weight: Any = 1.0) -> None:
+        """Store one round (validated first; a rejected round changes nothing).
+
+        Parameters
+        ----------
+        X : array_like of shape (d1, d2) or (B, d1, d2)
+        action : int or array_like of int, shape (B,)
+        reward : float or array_like of shape (B,)
+        weight : float or array_like of shape (B,), default 1.0
+            E.g. ``1/pi_t(a_t)`` when the actions were not uniformly random.
+
+        Raises
+        ------
+        RuntimeError
+            If the buffer is full.
+        ValueError
+            On invalid input.
+        """
+        if self.full:
+            raise RuntimeError(
+                f"WarmStartBuffer is full ({self.length} rounds); call fit() or clear()"
+            )
+        B = self.n_trials
+        Xv = check_context(X, self.d1, self.d2, B)
+        a = check_actions(action, self.n_actions, B)
+        r = check_rewards(reward, B)
+        wv = check_weights(weight, B)
+        self.add_validated(Xv if B is not None else Xv[None], a, r, wv)
+
+    def add_validated(self, X: np.ndarray, actions, rewards, weights) -> None:
+        """Store one round the caller has validated: ``X`` of shape (B, d1, d2) (``B = 1``
+        unbatched), ``actions``, ``rewards`` and ``weights`` of shape (B,) or scalars.  The
+        buffer must not be :attr:`full`."""
+        if self.full:
+            raise ValueError(
+                f"WarmStartBuffer is full ({self.length} rounds); call fit() or clear()"
+            )
+        i = self._n
+        self._X[:, :, i] = X
+        self._actions[:, i] = actions
+        self._rewards[:, i] = rewards
+        self._weights[:, i] = weights
+        self._n += 1
+
+    def clear(self) -> None:
+        """Forget the stored rounds (the memory stays allocated)."""
+        self._n = 0
+
+    def release(self) -> None:
+        """Give the storage up (the buffer is empty and full afterwards: ``length`` 0 is
+        not allowed, so further :meth:`add` calls raise).
+
+        With :func:`~agents.buffer_pool.reuse_buffer_memory` on, the storage is kept for the
+        next buffer of the same shape; otherwise it is freed as soon as no view of it is
+        alive.
+        """
+        give_spare(self._X)
+        self._X = self._X[:, :, :0]
+        self._n = 0
+        self.length = 0
+
+    def data(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Views of the stored ``(X, actions, rewards, weights)`` in the public layout."""
+        n = self._n
+        parts = (
+            self._X[:, :, :n].transpose(0, 2, 1, 3),
+            self._actions[:, :n],
+            self._rewards[:, :n],
+            self._weights[:, :n],
+        )
+        if self.n_trials is None:
+            parts = tuple(p[0] for p in parts)
+        return parts  # type: ignore[return-value]
+
+    def fit(self, **kwargs: Any) -> Any:
+        """``M_init`` from the stored rounds: (K, d1, d2) or (B, K, d1, d2).
+
+        Keyword arguments go to :func:`agents.warm_start.nuclear_norm_fit` (``solver=
+        "factored"`` by default when ``rank`` is given; ``full_output=True`` returns its
+        :class:`~agents.warm_start.NuclearNormFit` instead of the array).
+        """
+        # Imported here: agents.warm_start re-exports this class.
+        from agents.warm_start import nuclear_norm_fit
+
+        if self._n == 0:
+            raise RuntimeError("WarmStartBuffer.fit called on an empty buffer; add rounds first")
+        if "weights" in kwargs:
+            raise ValueError("weights come from add(); do not pass weights to fit")
+        X, a, r, w = self.data()
+        return nuclear_norm_fit(X, a, r, self.n_actions, weights=w, **kwargs)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Configuration and stored rounds as plain numpy arrays and scalars (copies)."""
+        n = self._n
+        return {
+            "d1": self.d1,
+            "d2": self.d2,
+            "n_actions": self.n_actions,
+            "length": self.length,
+            "n_trials": 0 if self.n_trials is None else self.n_trials,
+            "dtype": str(self._X.dtype),
+            "n": n,
+            "X": self._X[:, :, :n].transpose(0, 2, 1, 3).copy(),
+            "actions": self._actions[:, :n].copy(),
+            "rewards": self._rewards[:, :n].copy(),
+            "weights": self._weights[:, :n].copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` of a buffer with the same configuration."""
+        mine = self.state_dict()
+        for key in ("d1", "d2", "n_actions", "length", "n_trials", "dtype"):
+            if key not in state:
+                raise ValueError(f"state is missing key {key!r}")
+            if state[key] != mine[key]:
+                raise ValueError(
+                    f"state[{key!r}] = {state[key]!r} does not match this buffer's {mine[key]!r}"
+                )
+        n = state.get("n")
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 0 <= n <= self.length:
+            raise ValueError(f"state['n'] must be an integer in [0, {self.length}], got {n!r}")
+        B = self._X.shape[0]
+        expected = {
+            "X": (B, n, self.d1, self.d2),
+            "actions": (B, n),
+            "rewards": (B, n),
+            "weights": (B, n),
+        }
+        arrays = {}
+        for key, shape in expected.items():
+            if key not in state:
+                raise ValueError(f"state is missing key {key!r}")
+            arr = np.asarray(state[key])
+            if arr.shape != shape:
+                raise ValueError(f"state[{key!r}] must have shape {shape}, got {arr.shape}")
+            arrays[key] = arr
+        check_finite(arrays["X"].astype(np.float64), "state['X']")
+        check_finite(arrays["rewards"], "state['rewards']")
+        acts = arrays["actions"]
+        if acts.dtype.kind not in "iu" or ((acts < 0) | (acts >= self.n_actions)).any():
+            raise ValueError(f"state['actions'] must be integers in [0, {self.n_actions})")
+        wts = arrays["weights"]
+        if not np.isfinite(wts).all() or (wts < 0).any():
+            raise ValueError("state['weights'] must be finite and >= 0")
+        self._X[:, :, :n] = arrays["X"].transpose(0, 2, 1, 3)
+        self._actions[:, :n] = acts
+        self._rewards[:, :n] = arrays["rewards"]
+        self._weights[:, :n] = wts
+        self._n = int(n)

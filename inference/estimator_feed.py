@@ -1,0 +1,108 @@
+"""Feeding a :class:`~inference.LinearFormInference` core from a :class:`~agents.LowRankSGD`
+that something else updates (an agent, or the wrapper's own warm-started estimator).
+
+Algorithm 2 needs, each round, the estimate *before* that round's step: the pulled arm's
+factors and their products with the context, and every arm whose factors moved since the
+core last saw them.  :class:`EstimatorFeed` takes those from the estimator's public per-round
+API before the step (:meth:`EstimatorFeed.snapshot`) and hands them to the core after it
+(:meth:`EstimatorFeed.absorb`), copying only the arms that changed.  The inference wrappers
+and the benchmarks use it; nothing else needs to know how the parts are gathered.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from agents.estimator import LowRankSGD
+from inference.linear_form import LinearFormInference
+
+__all__ = ["EstimatorFeed", "RoundSnapshot"]
+
+
+class RoundSnapshot(NamedTuple):
+    """What the core reads of one round's estimate, taken before the estimator's step."""
+
+    changes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    """``(trials, arms, U, V)``: the (trial, arm) pairs whose factors moved since the core's
+    last round, with their current factors."""
+    U: np.ndarray
+    """Pulled arms' ``U_a`` (B, d1, r)."""
+    V: np.ndarray
+    """Pulled arms' ``V_a`` (B, d2, r)."""
+    products: tuple[np.ndarray, np.ndarray, np.ndarray]
+    """``(X V_a, Xᵀ U_a, singular values of the pulled arms)``."""
+    versions: np.ndarray
+    """The estimator's per-arm versions when the snapshot was taken."""
+
+
+class EstimatorFeed:
+    """Snapshots of a :class:`LowRankSGD`'s estimate for one :class:`LinearFormInference`.
+
+    Parameters
+    ----------
+    estimator : LowRankSGD
+        The estimate ``M̂_{t-1}`` the round is debiased against.
+    core : LinearFormInference
+        The inference core it feeds (same sizes and trial count).
+
+    Notes
+    -----
+    Which arms moved comes from the estimator's per-arm versions.  Whenever the core may
+    hold other factors than the ones this feed last gave it (its first round, a restored
+    state, rounds fed to it directly), the arms are found by comparing factors instead,
+    which is exact and costs one pass over them.
+    """
+
+    def __init__(self, estimator: LowRankSGD, core: LinearFormInference) -> None:
+        self.estimator = estimator
+        self.core = core
+        self._seen: tuple[tuple[int, int], np.ndarray] | None = None
+
+    def forget(self) -> None:
+        """Compare factors at the next round (after the core or the estimator was restored)."""
+        self._seen = None
+
+    def snapshot(
+        self, Xb: np.ndarray, actions: np.ndarray, fingerprint: np.ndarray | None = None
+    ) -> RoundSnapshot:
+        """The parts of the current estimate the core needs for context ``Xb`` (B, d1, d2)
+        and pulled ``actions`` (B,), both validated; call it before the estimator's step."""
+        est = self.estimator
+        pulled = est.pulled(Xb, actions, fingerprint)
+        U, V = pulled.U, pulled.V
+        if est.n_trials is None:  # views of the factors: copies, read after the step
+            U, V = U.copy(), V.copy()
+        versions = est.arm_versions.copy()
+        seen = self._seen
+        if seen is not None and seen[0] == self.core.position:
+            trials, arms = np.nonzero(versions != seen[1])
+        else:
+            U_all, V_all = est.batched_factors
+            trials, arms = np.nonzero(self.core.changed_arms(U_all, V_all))
+        U_moved, V_moved = est.arm_factors(trials, arms)
+        return RoundSnapshot(
+            (trials, arms, U_moved, V_moved), U, V, (pulled.XV, pulled.XtU, pulled.sv), versions
+        )
+
+    def absorb(
+        self,
+        snapshot: RoundSnapshot,
+        Xb: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        propensities: np.ndarray,
+    ) -> None:
+        """Absorb the round into the core (validated batched arrays) from its snapshot."""
+        self.core.update_parts(
+            snapshot.changes,
+            snapshot.U,
+            snapshot.V,
+            Xb,
+            actions,
+            rewards,
+            propensities,
+            snapshot.products,
+        )
+        self._seen = (self.core.position, snapshot.versions)

@@ -1,0 +1,141 @@
+"""The documentation runs as written.
+
+Every ```python block of README.md runs, as it is, in a fresh interpreter; every script in
+examples/ runs in a fresh interpreter at the small size it offers.  A new example must be
+registered in :data:`EXAMPLES` with the arguments that keep it small, or
+:func:`test_example` fails for it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+EXAMPLES_DIR = ROOT / "examples"
+
+#: Seconds one README block or one example may take (each takes a few seconds).
+TIMEOUT = 180
+
+#: Every example: the arguments that make it small, and the modules it needs beyond the core
+#: (the test is skipped where one is missing).
+EXAMPLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "coverage_study.py": (("--small",), ()),
+    "online_inference.py": (("--small",), ()),
+    "sb3_propensities.py": (("--small",), ("stable_baselines3", "torch")),
+}
+
+_BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+
+
+def python_blocks(text: str) -> list[tuple[int, str]]:
+    """``(line number, code)`` of every ```python block in a Markdown text."""
+    return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in _BLOCK.finditer(text)]
+
+
+def run_python(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run ``python *args`` in a fresh interpreter in ``cwd``; figures never need a display."""
+    env = dict(os.environ, MPLBACKEND="Agg")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def _report(what: str, code: str, result: subprocess.CompletedProcess | None) -> str:
+    if result is None:
+        outcome = f"did not finish within {TIMEOUT} s"
+    else:
+        outcome = f"exited with status {result.returncode}; stderr:\n{result.stderr[-4000:]}"
+    return f"{what} failed:\n{code}\n--- {outcome}"
+
+
+README_BLOCKS = python_blocks(README.read_text(encoding="utf-8"))
+
+
+def test_readme_has_python_blocks():
+    assert len(README_BLOCKS) >= 3
+
+
+@pytest.mark.parametrize(
+    "line, code", README_BLOCKS, ids=[f"README.md:{line}" for line, _ in README_BLOCKS]
+)
+def test_readme_block_runs(line, code, tmp_path):
+    """Each block is self-contained: it runs alone, pasted into a fresh interpreter."""
+    script = tmp_path / "block.py"
+    script.write_text(code, encoding="utf-8")
+    try:
+        result = run_python([str(script)], tmp_path)
+    except subprocess.TimeoutExpired:
+        pytest.fail(_report(f"README.md block at line {line}", code, None), pytrace=False)
+    if result.returncode != 0:
+        pytest.fail(_report(f"README.md block at line {line}", code, result), pytrace=False)
+
+
+@pytest.mark.parametrize(
+    "name", sorted({p.name for p in EXAMPLES_DIR.glob("*.py")} | set(EXAMPLES))
+)
+def test_example(name, tmp_path):
+    """Every script in examples/ is registered, and runs at its small size."""
+    path = EXAMPLES_DIR / name
+    assert path.exists(), f"EXAMPLES lists {name}, which is not in examples/"
+    assert name in EXAMPLES, (
+        f"examples/{name} is not run by the tests: add it to EXAMPLES in {Path(__file__).name} "
+        "with the arguments that make it run in a few seconds"
+    )
+    args, needs = EXAMPLES[name]
+    for module in needs:
+        pytest.importorskip(module)
+    command = f"python examples/{name} {' '.join(args)}".strip()
+    try:
+        result = run_python([str(path), *args], tmp_path)
+    except subprocess.TimeoutExpired:
+        pytest.fail(_report(command, command, None), pytrace=False)
+    if result.returncode != 0:
+        pytest.fail(_report(command, command, result), pytrace=False)
+
+
+def _markdown_files() -> list[Path]:
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+@pytest.mark.parametrize("path", _markdown_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_links_resolve_and_stay_in_the_repository(path):
+    """Relative links point at files that exist; nothing points outside the repository."""
+    text = path.read_text(encoding="utf-8")
+    for forbidden in ("ALGORITHMS.md", "../shared"):
+        assert forbidden not in text, f"{path.name} refers to {forbidden}"
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+://", target) or target.startswith("#"):
+            continue
+        local = (path.parent / target.split("#", 1)[0]).resolve()
+        assert local.exists(), f"{path.name} links to {target}, which does not exist"
+        assert local.is_relative_to(ROOT), f"{path.name} links outside the repository: {target}"
+
+
+def test_method_sections_cited_by_the_code_exist():
+    """Docstrings cite "docs/method.md §N"; each such section is a heading of that page."""
+    headings = set(
+        re.findall(r"^## §(\d+)\b", (DOCS / "method.md").read_text(encoding="utf-8"), re.M)
+    )
+    assert headings >= {str(n) for n in range(1, 7)}
+    cited = set()
+    for package in ("agents", "inference", "lrbandit_gym"):
+        for source in (ROOT / package).rglob("*.py"):
+            for first, last in re.findall(
+                r"docs/method\.md §(\d+)(?:\s*[-–]\s*§?(\d+))?", source.read_text(encoding="utf-8")
+            ):
+                cited.update(str(n) for n in range(int(first), int(last or first) + 1))
+    assert cited <= headings, f"the code cites docs/method.md §{sorted(cited - headings)}"

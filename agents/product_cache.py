@@ -90,7 +90,7 @@ class ProductCache:
         if fp is None:
             fp = self.fingerprint(Xb)
         entry = self._entry
-        if entry is None or not np.array_equal(entry["fp"], fp):
+        if entry is None or not _same(entry["fp"], fp):
             entry = self._entry = {"fp": fp}
         return entry
 
@@ -135,7 +135,7 @@ class ProductCache:
         """
         entry = self._entry_for(Xb, fp)
         pulled = entry.get("pulled")
-        if pulled is not None and np.array_equal(pulled[0], a):
+        if pulled is not None and _same(pulled[0], a):
             return pulled[1:]
         if self._unbatched:
             a0 = int(a[0])
@@ -149,3 +149,8 @@ class ProductCache:
             XV, XtU = context_products(Xb, U, V)
         entry["pulled"] = (np.array(a, copy=True), U, V, XV, XtU)
         return U, V, XV, XtU
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """``np.array_equal`` for two 1-d arrays, without its per-call overhead."""
+    return a.shape == b.shape and bool((a == b).all())

@@ -161,8 +161,7 @@ class _DebiasedLinearForm:
     @property
     def sigma2(self) -> np.ndarray:
         """``σ̂²_i`` per arm (eq. (13)), shape ``(K,)`` or ``(B, K)``; NaN at n = 0."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self._out(self._sigma_sum / self._n if self._n else self._sigma_sum * np.nan)
+        return self._out(self._sigma_sum / self._n if self._n else self._sigma_sum * np.nan)
 
     @property
     def S2(self) -> np.ndarray:

@@ -174,6 +174,8 @@ class OptimalValueInference:
         ValueError
             If ``propensities[a_hat_t] <= 0`` in some trial (named when batched).
         """
+        if len(predictions) == 1 and propensities[0, predictions[0].argmax()] > 0:
+            return  # one trial, the common case: no small-array work
         a_hat = np.argmax(predictions, axis=1)
         p_hat = propensities[np.arange(propensities.shape[0]), a_hat]  # 1 - e_t
         if not (p_hat > 0).all():
@@ -204,6 +206,9 @@ class OptimalValueInference:
         reward : ndarray of shape (B,)
         propensities : ndarray of shape (B, K)
         """
+        if self._B == 1:
+            self._update_one(predictions[0], int(action[0]), float(reward[0]), propensities[0])
+            return
         pred, a, y, p = predictions, action, reward, propensities
         trials = np.arange(self._B)
         a_hat = np.argmax(pred, axis=1)  # eq. (17)
@@ -227,6 +232,29 @@ class OptimalValueInference:
         self._sum_sv += sigma2_t / p_hat  # S_hat_V^2, eq. (18)
         self._n += 1
 
+    def _update_one(self, pred: np.ndarray, a: int, y: float, p: np.ndarray) -> None:
+        """:meth:`update_validated` for one trial in Python scalars: the same operations in
+        the same order (so the same numbers), without the per-call cost of small arrays."""
+        a_hat = int(pred.argmax())
+        p_hat = float(p[a_hat])
+        q = float(pred[a_hat])
+        res = y - float(pred[a])
+        num, pulls = self._sigma_num[0], self._pulls[0]
+        if self.propensities == "known":
+            num[a] += res * res / float(p[a])
+            pulls[a] += 1
+            sigma2_t = float(num[a_hat]) / (self._n + 1)
+        else:
+            num[a] += res * res
+            pulls[a] += 1
+            k = int(pulls[a_hat])
+            sigma2_t = float(num[a_hat]) / max(k, 1) if k > 0 else 0.0
+        self._sum_q[0] += q
+        self._sum_q2[0] += q * q
+        self._sum_corr[0] += res / p_hat if a == a_hat else 0.0
+        self._sum_sv[0] += sigma2_t / p_hat
+        self._n += 1
+
     # ------------------------------------------------------------------ read-out
     @property
     def n_obs(self) -> int:
@@ -241,13 +269,16 @@ class OptimalValueInference:
     @property
     def estimate(self) -> Any:
         """``V_hat_n`` (NaN before the first round)."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self._out(
-                (self._sum_q + self._sum_corr) / self._n if self._n else np.full(self._B, np.nan)
-            )
+        return self._out(
+            (self._sum_q + self._sum_corr) / self._n if self._n else np.full(self._B, np.nan)
+        )
 
     def _S2_V(self) -> np.ndarray:
         n = self._n
+        if self._B == 1:  # the same operations on Python floats, without small-array costs
+            mean = float(self._sum_q[0]) / n
+            spread = float(self._sum_q2[0]) / n - mean * mean
+            return np.array([float(self._sum_sv[0]) / n + (0.0 if spread < 0 else spread)])
         mean_q = self._sum_q / n
         context_var = np.maximum(self._sum_q2 / n - mean_q * mean_q, 0.0)
         return self._sum_sv / n + context_var

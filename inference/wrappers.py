@@ -27,8 +27,9 @@ inner one's.
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -51,6 +52,20 @@ __all__ = [
     "VectorParameterInference",
     "VectorValueInference",
 ]
+
+
+class _Checked(NamedTuple):
+    """One step's action and context as an inference wrapper validated them, handed to the
+    inference wrapper directly below it so the same objects are not checked twice."""
+
+    action: Any
+    obs: Any
+    estimator: Any
+    from_decision: bool
+    propensity_fn: Any
+    actions: np.ndarray
+    propensities: np.ndarray
+    fingerprint: np.ndarray | None
 
 
 class _Watcher:
@@ -103,6 +118,8 @@ class _Watcher:
         self.rank = estimator.rank
         self._obs = None
         self._fp = None  # fingerprint of the last context (LowRankSGD estimators)
+        self._checked = None  # this step's validated action and context (see _resolve)
+        self._handoff = None  # the same, handed down by the inference wrapper above
         self.rounds_seen = 0
         self.rounds_skipped = 0
 
@@ -133,7 +150,20 @@ class _Watcher:
         """``(action, propensities)`` checked against the last context, before any step."""
         if self._obs is None:
             raise RuntimeError("Call reset() before step().")
+        handed = self._handoff
+        if (
+            handed is not None
+            and handed.action is action
+            and handed.obs is self._obs_raw
+            and handed.estimator is self.estimator
+            and (handed.from_decision or handed.propensity_fn is self.propensity_fn)
+        ):
+            # The inference wrapper just above checked this very action and context
+            # within this step: nothing can have changed them since.
+            self._fp = handed.fingerprint
+            return handed.actions, handed.propensities
         arm, props = split_decision(action)
+        from_decision = props is not None
         if props is None:
             if self.propensity_fn is None:
                 raise ValueError(
@@ -151,6 +181,16 @@ class _Watcher:
             raise ValueError(f"action must be in [0, {self.n_actions}); got {arm!r}")
         props = check_propensities(props, actions, self.n_actions, b)
         self._fp = self._check_context()
+        self._checked = _Checked(
+            action,
+            self._obs_raw,
+            self.estimator,
+            from_decision,
+            self.propensity_fn,
+            actions,
+            props,
+            self._fp,
+        )
         return actions, props
 
     def _check_context(self) -> np.ndarray | None:
@@ -169,6 +209,8 @@ class _Watcher:
 
     @staticmethod
     def _check_reward(reward, b):
+        if b is None and isinstance(reward, float) and math.isfinite(reward):
+            return np.array([reward])  # a single env's reward, the common case
         r = np.array(reward, dtype=float, ndmin=1)
         if not np.isfinite(r).all():
             i = int(np.argmax(~np.isfinite(r)))
@@ -204,11 +246,19 @@ class _Watcher:
             self.estimator.update(x, actions, rewards, props)
 
     def _watch_step(self, action, inner_step):
+        self._checked = None
         actions, props = self._resolve(action)
         x = self._x
         ready = self._estimate_ready()
         snapshot = self._snapshot(x, actions, props) if ready else None
-        obs, reward, terminated, truncated, info = inner_step(action)
+        inner = self.env if isinstance(self.env, _Watcher) else None
+        if inner is not None:
+            inner._handoff = self._checked
+        try:
+            obs, reward, terminated, truncated, info = inner_step(action)
+        finally:
+            if inner is not None:
+                inner._handoff = None
         rewards = self._check_reward(reward, self.n_trials)
         # The step has happened; a NaN reward from the environment must not reach the sums.
         if snapshot is not None:
@@ -361,9 +411,9 @@ class _ParameterMixin(_Watcher):
         n = self.core.n_obs
         info: dict[str, Any] = {"n_obs": n}
         if n:
-            var = self.core.sigma2[..., None] * self.core.S2  # (…, K, n_T)
-            se = np.sqrt(var / n)
-            info["sigma2"] = self.core.sigma2
+            sigma2 = self.core.sigma2
+            se = np.sqrt(sigma2[..., None] * self.core.S2 / n)  # (…, K, n_T)
+            info["sigma2"] = sigma2
             info["standard_error"] = {name: se[..., k] for k, name in enumerate(self.target_names)}
         return info
 

@@ -106,6 +106,17 @@ def test_batched_equals_unbatched(mode):
         assert ci.standard_error[b] == pytest.approx(one.standard_error, rel=1e-12)
         assert tg.p_value[b] == pytest.approx(single.test_greater(0.1).p_value, rel=1e-10)
         np.testing.assert_allclose(batched.sigma2[b], single.sigma2, rtol=1e-12)
+    # The single-trial path (Python scalars) runs the batched path's operations in the same
+    # order: the running sums agree bit for bit.
+    state = batched.state_dict()
+    for b, single in enumerate(singles):
+        mine = single.state_dict()
+        for key, value in state.items():
+            if isinstance(value, np.ndarray):
+                np.testing.assert_array_equal(value[b], mine[key][0], err_msg=key)
+        assert batched.S2_V[b] == single.S2_V and batched.estimate[b] == single.estimate
+        one, ci_b = single.interval(), batched.interval()
+        assert (ci_b.low[b], ci_b.high[b]) == (one.low, one.high)
 
 
 @pytest.mark.parametrize("mode", ["known", "estimated"])

@@ -342,3 +342,25 @@ def test_to_frame_covers_every_wrapper_of_the_stack():
     assert row["low"] == ci.low and row["high"] == ci.high and row["trial"] == 0
     # the inner wrapper's frame holds only its own rows
     assert list(params.to_frame(0.9)["quantity"]) == labels
+
+
+def test_inner_wrapper_reuses_the_outer_check_only_for_the_same_objects():
+    """The inference wrapper below another takes over its check of this step's action and
+    context; it still checks for itself what the outer one did not vouch for."""
+    env = make_env()
+    uniform = np.full(2, 0.5)
+    inner = ParameterInference(env, {"T": np.eye(D1, D2)}, rank=R, warm_start=5)
+    outer = ValueInference(inner, propensity_fn=lambda obs: uniform)
+    outer.reset(seed=0)
+    # The outer wrapper can resolve a bare action, the inner one cannot: it must refuse it
+    # itself, and nothing may have changed in either wrapper.
+    with pytest.raises(ValueError, match="propensity"):
+        outer.step(0)
+    assert inner.rounds_seen == 0 and outer.rounds_seen == 0
+    # A Decision carries its propensities: both wrappers see the round once.
+    outer.step(Decision(1, uniform))
+    assert inner.rounds_seen == 1 and outer.rounds_seen == 1
+    # A bad decision is refused by the outer wrapper before the inner one is reached.
+    with pytest.raises(ValueError, match="sum to 1"):
+        outer.step(Decision(1, np.array([0.9, 0.9])))
+    assert inner.rounds_seen == 1 and outer.rounds_seen == 1

@@ -4,11 +4,19 @@ Core estimators work on any stream ``(X_t, a_t, y_t, π_t)`` with a predictable 
 estimate; the wrappers run them while any agent plays a ``MatrixContextBandit-v0``.
 """
 
-from inference.exploration_only import ExplorationOnlyInference
-from inference.linear_form import LinearFormInference
-from inference.optimal_value import OptimalValueInference
-from inference.results import InsufficientDataWarning, IntervalEstimate
-from inference.wrappers import (
+from lrbandit_gym.companions import check_companion, companion_error
+
+try:  # the agents package must be lrbandit-gym's (see lrbandit_gym.companions)
+    import agents as _agents
+except Exception as exc:
+    raise companion_error("agents", f"importing it failed: {exc!r}") from exc
+check_companion(_agents, "agents", "LowRankSGD")
+
+from inference.exploration_only import ExplorationOnlyInference  # noqa: E402
+from inference.linear_form import LinearFormInference  # noqa: E402
+from inference.optimal_value import OptimalValueInference  # noqa: E402
+from inference.results import InsufficientDataWarning, IntervalEstimate  # noqa: E402
+from inference.wrappers import (  # noqa: E402
     ParameterInference,
     ValueInference,
     VectorParameterInference,

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 from gymnasium.utils import RecordConstructorArgs
-from gymnasium.vector import VectorEnv, VectorWrapper
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorRewardWrapper, VectorWrapper
 
 from agents.base import problem_shape
 from agents.estimator import LowRankSGD
@@ -52,6 +52,17 @@ __all__ = [
     "VectorParameterInference",
     "VectorValueInference",
 ]
+
+
+_REWARD_WRAPPERS = ("NormalizeReward", "ClipReward", "TransformReward", "VectorizeTransformReward")
+
+
+def _transforms_reward(wrapper) -> bool:
+    """Whether a wrapper changes the rewards it passes on (Gymnasium's reward wrappers and
+    any subclass of ``gym.RewardWrapper`` or ``VectorRewardWrapper``)."""
+    if isinstance(wrapper, gym.RewardWrapper | VectorRewardWrapper):
+        return True
+    return any(cls.__name__ in _REWARD_WRAPPERS for cls in type(wrapper).__mro__)
 
 
 class _Checked(NamedTuple):
@@ -126,13 +137,41 @@ class _Watcher:
     @classmethod
     def _check_kind(cls, env) -> None:
         """Refuse the wrong kind of environment before any wrapper state exists."""
-        is_vector = isinstance(getattr(env, "unwrapped", env), VectorEnv)
+        base = getattr(env, "unwrapped", env)
+        is_vector = isinstance(base, VectorEnv)
         if cls._vector and not is_vector:
             raise ValueError(f"{cls.__name__} wraps a vector env; got {type(env).__name__}")
         if not cls._vector and is_vector:
             raise ValueError(
                 f"{cls.__name__} wraps a single env; use Vector{cls.__name__} for a vector env"
             )
+        if is_vector and not hasattr(base, "problem"):
+            raise ValueError(
+                f"{cls.__name__} needs the native vector env of MatrixContextBandit-v0, "
+                f"got {type(base).__name__}: build it with gym.make_vec(\"MatrixContextBandit-v0\""
+                ", num_envs=B, vectorization_mode=\"vector_entry_point\")"
+            )
+        if (
+            is_vector
+            and getattr(base, "max_episode_steps", None) is not None
+            and getattr(base, "autoreset_mode", None) == AutoresetMode.NEXT_STEP
+        ):
+            raise ValueError(
+                f"{cls.__name__} cannot watch a vector env with autoreset_mode=NEXT_STEP and "
+                f"max_episode_steps={base.max_episode_steps}: the step after a truncation "
+                "ignores the action and returns reward 0, which is not a round of data; use "
+                "autoreset_mode=\"SameStep\" (the default) or max_episode_steps=None"
+            )
+        layer = env
+        while layer is not None and layer is not base:
+            if _transforms_reward(layer):
+                raise ValueError(
+                    f"{cls.__name__} must sit below reward-transforming wrappers, not above "
+                    f"{type(layer).__name__}: it would estimate the transformed reward, not "
+                    "<M_a, X>; wrap the bandit with the inference wrappers first and add "
+                    f"{type(layer).__name__} on top"
+                )
+            layer = getattr(layer, "env", None)
 
     @staticmethod
     def _inner_estimator(env):

@@ -47,7 +47,6 @@ def register() -> None:
         id=ENV_ID,
         entry_point="lrbandit_gym.env:MatrixContextBanditEnv",
         vector_entry_point="lrbandit_gym.vector_env:MatrixContextBanditVectorEnv",
-        max_episode_steps=1000,
     )
 
 

@@ -53,7 +53,8 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
     ``"regret"`` ``float`` (expected regret of the chosen arm).  ``reset`` returns ``{}``.
 
     ## Episode End
-    Never terminates; truncation comes from ``max_episode_steps`` (registered default 1000).
+    Never terminates and, as registered, never truncates: a bandit has no episodes.  Pass
+    ``max_episode_steps`` to ``gym.make`` for Gymnasium's truncation.
 
     ## Arguments
     ============== =========================== ===========================================

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "MIN_PROPENSITY",
     "PROPENSITY_TOL",
     "check_actions",
     "check_arm",
@@ -48,6 +49,19 @@ __all__ = [
 
 #: Absolute tolerance on ``sum_a pi(a) = 1``.
 PROPENSITY_TOL = 1e-6
+
+#: Smallest propensity of the chosen arm accepted where it is a weight ``1/pi`` (known
+#: propensities): below it one round would weigh more than 10**6 ordinary ones and dominate
+#: every estimate and variance.  A policy that reports less must explore more.
+MIN_PROPENSITY = 1e-6
+
+
+def _too_small(name: str, a: int, value: float, where: str = "") -> ValueError:
+    return ValueError(
+        f"{name}[action] must be >= MIN_PROPENSITY = {MIN_PROPENSITY:g} (known propensities "
+        f"weight each round by 1/pi), got {name}[{a}] = {value!r}{where}: the policy must "
+        "explore more (e.g. a larger epsilon or temperature)"
+    )
 
 
 def _where(index: tuple[int, ...], batched: bool) -> str:
@@ -278,8 +292,9 @@ def check_propensities(
 
     Checks: the shape is ``(K,)`` (unbatched) or ``(B, K)``; entries are finite and
     ``>= 0``; each row sums to 1 within :data:`PROPENSITY_TOL`; and, when
-    ``require_chosen_positive`` and ``action`` is given, the chosen arm has ``pi > 0``
-    (the inverse-propensity weight ``1/pi(a_t)`` must exist).
+    ``require_chosen_positive`` and ``action`` is given, the chosen arm has
+    ``pi >= MIN_PROPENSITY`` (the inverse-propensity weight ``1/pi(a_t)`` must exist and
+    stay bounded).
 
     Parameters
     ----------
@@ -294,7 +309,7 @@ def check_propensities(
     name : str
         Argument name used in error messages.
     require_chosen_positive : bool, default True
-        Whether ``pi(a_t) > 0`` is required.
+        Whether ``pi(a_t) >= MIN_PROPENSITY`` is required.
     """
     batched = n_trials is not None
     try:
@@ -324,14 +339,11 @@ def check_propensities(
         )
     if require_chosen_positive and action is not None:
         chosen = rows[np.arange(rows.shape[0]), action]
-        zero = chosen <= 0
-        if zero.any():
-            i = int(np.argmax(zero))
+        small = ~(chosen >= MIN_PROPENSITY)
+        if small.any():
+            i = int(np.argmax(small))
             where = f" (trial {i})" if batched else ""
-            raise ValueError(
-                f"{name}[action] must be > 0 (known propensities weight by 1/pi), got "
-                f"{name}[{int(action[i])}] = {chosen[i]!r}{where}"
-            )
+            raise _too_small(name, int(action[i]), chosen[i], where)
     return rows
 
 
@@ -351,11 +363,8 @@ def _check_one_pmf(
         )
     if require_chosen_positive and action is not None:
         a = int(action[0])
-        if values[a] <= 0:
-            raise ValueError(
-                f"{name}[action] must be > 0 (known propensities weight by 1/pi), got "
-                f"{name}[{a}] = {values[a]!r}"
-            )
+        if not values[a] >= MIN_PROPENSITY:
+            raise _too_small(name, a, values[a])
 
 
 def check_n_trials(n_trials: Any) -> int | None:

@@ -30,21 +30,25 @@ class MatrixContextBanditVectorEnv(GroundTruthMixin, VectorEnv):
 
     Actions: an integer array ``(B,)`` or a batched :class:`lrbandit_gym.Decision`.
     ``infos``: ``"expected_rewards"`` ``(B, K)``, ``"optimal_action"`` ``(B,)``, ``"regret"``
-    ``(B,)`` (oracle values of the contexts just acted on).  All sub-environments truncate
-    together after ``max_episode_steps``; the autoreset modes of Gymnasium 1.x are followed
-    (``autoreset_mode``: ``NEXT_STEP`` by default, ``SAME_STEP`` or ``DISABLED``).
+    ``(B,)`` (oracle values of the contexts just acted on).  By default nothing ever ends
+    (``max_episode_steps=None``): a bandit has no episodes, and every step is a round.  With
+    ``max_episode_steps`` the sub-environments truncate together, and the autoreset modes of
+    Gymnasium 1.x are followed (``autoreset_mode``: ``SAME_STEP`` by default, where the reset
+    happens within the truncating step so every step stays a real round; ``NEXT_STEP``,
+    whose step after a truncation ignores the action and returns reward 0, which the
+    inference wrappers refuse to watch; or ``DISABLED``).
 
     The returned observation array is fresh every step; rewards were computed when it was
     drawn, so editing it in place does not change them.
     """
 
-    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(
         self,
         num_envs: int = 1,
-        max_episode_steps: int | None = 1000,
-        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        max_episode_steps: int | None = None,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
         d1: int = 50,
         d2: int = 50,
         rank: int = 3,

@@ -217,3 +217,33 @@ def test_study_workers_reuse_freed_memory_without_page_faults():
 
     assert faults("plain") >= 100
     assert faults("worker") < 20
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "--rounds", "-5"],
+        ["demo", "--rounds", "0"],
+        ["demo", "--seed", "-1"],
+        ["reproduce", "table1", "--trials", "0"],
+        ["reproduce", "table1", "--n", "1000", "-3"],
+        ["reproduce", "table1", "--jobs", "0"],
+        ["reproduce", "table2", "--ranks", "0"],
+        ["reproduce", "table1", "--warm-start", "-2000"],
+        ["bench", "env", "--d", "0"],
+        ["bench", "round", "--num-envs", "x"],
+    ],
+)
+def test_cli_refuses_nonsense_arguments_with_exit_code_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "must be an integer >=" in err and argv[-1] in err
+
+
+def test_run_demo_refuses_nonsense_before_running():
+    from lrbandit_gym.experiments.demo import run_demo
+
+    with pytest.raises(ValueError, match="rounds must be an integer >= 1, got -5"):
+        run_demo(rounds=-5, plot=False)

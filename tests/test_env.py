@@ -56,7 +56,7 @@ def test_registration_is_idempotent_and_string_form_works():
     lrbandit_gym.register()
     lrbandit_gym.register()
     assert "MatrixContextBandit-v0" in gym.registry
-    assert gym.spec("MatrixContextBandit-v0").max_episode_steps == 1000
+    assert gym.spec("MatrixContextBandit-v0").max_episode_steps is None  # a bandit has no episodes
     code = (
         "import gymnasium as gym; env = gym.make('lrbandit_gym:MatrixContextBandit-v0', d1=5, "
         "d2=5, rank=1); env.reset(seed=0); print(type(env.unwrapped).__name__)"
@@ -247,8 +247,17 @@ def test_vector_env_shapes_seeding_and_infos():
     venv.step(Decision(np.zeros(5, dtype=int), np.full((5, 3), 1 / 3)))
 
 
+def test_vector_env_never_ends_by_default_and_resets_within_the_step():
+    venv = make_vec(2, d1=3, d2=3, rank=1)
+    assert venv.max_episode_steps is None and venv.metadata["autoreset_mode"].value == "SameStep"
+    venv.reset(seed=0)
+    for _ in range(5):
+        _, rewards, term, trunc, _ = venv.step(np.array([0, 1]))
+        assert not term.any() and not trunc.any() and np.all(rewards != 0)
+
+
 def test_vector_env_next_step_autoreset():
-    venv = make_vec(3, d1=3, d2=3, rank=1, max_episode_steps=2)
+    venv = make_vec(3, d1=3, d2=3, rank=1, max_episode_steps=2, autoreset_mode="NextStep")
     venv.reset(seed=0)
     acts = np.array([0, 1, 1])
     r1 = venv.step(acts)

@@ -7,7 +7,29 @@ import sys
 
 from lrbandit_gym.engine import ENGINES
 
-__all__ = ["main"]
+__all__ = ["main", "nonnegative_int", "positive_int"]
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a count of rounds, trials, jobs, a size)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0 (a seed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -123,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo", help="an online experiment whose confidence intervals update as it plays"
     )
-    demo.add_argument("--rounds", type=int, default=3000, help="online rounds after warm start")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--rounds", type=positive_int, default=3000, help="online rounds after warm start")
+    demo.add_argument("--seed", type=nonnegative_int, default=0)
     demo.add_argument("--out", default="lrbandit-out", help="folder for the figure")
     demo.add_argument("--no-plot", action="store_true", help="do not save the figure")
     demo.set_defaults(func=_demo)
@@ -140,13 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
         description=f"The paper's simulation studies. Defaults (the paper's): {defaults}.",
     )
     rep.add_argument("study", choices=list(STUDIES))
-    rep.add_argument("--trials", type=int, default=None, help="default: the paper's")
-    rep.add_argument("--n", type=int, nargs="+", default=None, help="default: the paper's")
-    rep.add_argument("--seed", type=int, default=0)
+    rep.add_argument("--trials", type=positive_int, default=None, help="default: the paper's")
+    rep.add_argument("--n", type=positive_int, nargs="+", default=None, help="default: the paper's")
+    rep.add_argument("--seed", type=nonnegative_int, default=0)
     rep.add_argument("--out", default="lrbandit-out")
-    rep.add_argument("--jobs", type=int, default=2)
+    rep.add_argument("--jobs", type=positive_int, default=2)
     rep.add_argument("--backend", choices=["local", "ray"], default="local")
-    rep.add_argument("--batch-size", type=int, default=125, help="trials per chunk")
+    rep.add_argument("--batch-size", type=positive_int, default=125, help="trials per chunk")
     rep.add_argument(
         "--no-figures", action="store_true", help="do not draw the PNG figures (plot extra)"
     )
@@ -157,14 +179,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument(
         "--ranks",
-        type=int,
+        type=positive_int,
         nargs="+",
         default=None,
         help="table2: ranks to run (default 3 5 7; r=3 is table1's setting)",
     )
     rep.add_argument(
         "--warm-start",
-        type=int,
+        type=positive_int,
         default=None,
         help="uniform rounds before inference (default 2000; ensemble 300)",
     )
@@ -186,11 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="speed benchmarks")
     bench.add_argument("what", choices=["env", "agents", "inference", "round"])
-    bench.add_argument("--d", type=int, default=50)
+    bench.add_argument("--d", type=positive_int, default=50)
     bench.add_argument(
-        "--num-envs", type=int, default=None, help="batch size (default 1000; 125 for round)"
+        "--num-envs", type=positive_int, default=None, help="batch size (default 1000; 125 for round)"
     )
-    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--seed", type=nonnegative_int, default=0)
     bench.add_argument("--engine", choices=ENGINES, default=None, help="default auto")
     bench.set_defaults(func=_bench)
     return parser

@@ -30,6 +30,11 @@ def run_demo(
 
     import lrbandit_gym  # noqa: F401
     from agents import DEFAULT_WARM_START_ROUNDS, EpsilonGreedy
+    from lrbandit_gym.validation import check_positive_int
+
+    rounds = check_positive_int(rounds, "rounds")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     from inference import ParameterInference, ValueInference
     from lrbandit_gym.experiments.studies import paper_targets
 

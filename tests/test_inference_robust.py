@@ -1,0 +1,151 @@
+"""Issue 15 cases on the inference side: refusals with clear messages, before any state
+changes, for the settings the inference cannot be right in."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import lrbandit_gym  # noqa: F401
+from agents import EpsilonGreedy
+from inference import (
+    LinearFormInference,
+    ParameterInference,
+    ValueInference,
+    VectorParameterInference,
+    VectorValueInference,
+)
+from lrbandit_gym import Decision
+from lrbandit_gym.validation import MIN_PROPENSITY
+
+D = 4
+
+
+def make_env(**kw):
+    return gym.make("MatrixContextBandit-v0", d1=D, d2=D, rank=1, **kw)
+
+
+def make_vec(mode="vector_entry_point", **kw):
+    return gym.make_vec(
+        "MatrixContextBandit-v0", num_envs=3, vectorization_mode=mode, d1=D, d2=D, rank=1, **kw
+    )
+
+
+@pytest.mark.parametrize(
+    "reward_wrapper",
+    [
+        gym.wrappers.NormalizeReward,
+        lambda e: gym.wrappers.TransformReward(e, lambda r: 2 * r),
+        lambda e: gym.wrappers.ClipReward(e, -1.0, 1.0),
+    ],
+)
+@pytest.mark.parametrize("cls", [ParameterInference, ValueInference])
+def test_inference_refuses_to_sit_above_a_reward_transforming_wrapper(reward_wrapper, cls):
+    env = gym.wrappers.RecordEpisodeStatistics(reward_wrapper(make_env()))
+    args = ({"T": np.eye(D)},) if cls is ParameterInference else ()
+    with pytest.raises(ValueError, match="reward-transforming"):
+        cls(env, *args, rank=1)
+    # below it is fine: the wrapper sees the bandit's own reward
+    wrapped = cls(make_env(), *args, rank=1)
+    gym.wrappers.NormalizeReward(wrapped)
+
+
+@pytest.mark.parametrize("cls", [VectorParameterInference, VectorValueInference])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_vector_wrappers_name_the_native_vector_env(cls, mode):
+    venv = make_vec(mode)
+    args = ({"T": np.eye(D)},) if cls is VectorParameterInference else ()
+    try:
+        with pytest.raises(ValueError, match='vectorization_mode="vector_entry_point"'):
+            cls(venv, *args, rank=1)
+    finally:
+        venv.close()
+
+
+@pytest.mark.parametrize("cls", [VectorParameterInference, VectorValueInference])
+def test_vector_wrappers_refuse_next_step_autoreset_with_truncation(cls):
+    args = ({"T": np.eye(D)},) if cls is VectorParameterInference else ()
+    venv = make_vec(max_episode_steps=5, autoreset_mode="NextStep")
+    with pytest.raises(ValueError, match="reward 0"):
+        cls(venv, *args, rank=1)
+    cls(make_vec(max_episode_steps=5), *args, rank=1)  # same-step autoreset: every step a round
+    cls(make_vec(autoreset_mode="NextStep"), *args, rank=1)  # never truncates: nothing to skip
+
+
+def test_a_vector_run_past_the_old_episode_length_has_no_fake_rounds():
+    venv = make_vec()
+    venv.reset(seed=0)
+    for _ in range(1001):
+        _, rewards, _, trunc, _ = venv.step(np.zeros(3, dtype=int))
+    assert not trunc.any() and np.all(rewards != 0.0)
+
+
+def test_single_env_does_not_truncate_before_the_agents_warm_start_ends():
+    env = make_env()
+    agent = EpsilonGreedy(env, rank=1, warm_start=2000, seed=0)
+    obs, _ = env.reset(seed=0)
+    for _ in range(2001):
+        d = agent.act(obs)
+        obs2, r, term, trunc, _ = env.step(d)
+        agent.update(obs, d, r)
+        obs = obs2
+        assert not term and not trunc
+    assert not agent.in_warm_start
+
+
+@pytest.mark.parametrize("p_chosen", [1e-8, 1e-300, 0.0])
+def test_a_chosen_propensity_below_the_floor_is_refused_before_anything_changes(p_chosen):
+    env = make_env()
+    params = ParameterInference(env, {"T": np.eye(D)}, rank=1, warm_start=30)
+    value = ValueInference(params)
+    value.reset(seed=0)
+    ok = np.full(2, 0.5)
+    for t in range(40):
+        value.step(Decision(t % 2, ok))
+    assert params.core.n_obs == 10
+    before = (params.state_dict(), value.state_dict())
+    bad = np.array([1.0 - p_chosen, p_chosen])
+    with pytest.raises(ValueError, match="MIN_PROPENSITY"):
+        value.step(Decision(1, bad))
+    after = (params.state_dict(), value.state_dict())
+    for b, a in zip(before, after, strict=True):
+        assert b["rounds_seen"] == a["rounds_seen"]
+        for key in ("estimator", "core"):
+            for k, v in (b[key] or {}).items():
+                np.testing.assert_array_equal(v, a[key][k], err_msg=f"{key}.{k}")
+    core = LinearFormInference(D, D, 1, 2, {"T": np.eye(D)})
+    U = np.ones((2, D, 1))
+    with pytest.raises(ValueError, match="MIN_PROPENSITY"):
+        core.update(U, U, np.eye(D), 1, 0.5, bad)
+    assert core.n_obs == 0
+    assert MIN_PROPENSITY == 1e-6
+
+
+FOREIGN = {
+    "agents": "from agents.run import Runner  # an unrelated package named agents\n",
+    "inference": "def get_model(model_id):  # an unrelated package named inference\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("name", ["agents", "inference"])
+@pytest.mark.parametrize("importer", ["inference", "lrbandit_gym.experiments.cli"])
+def test_a_foreign_top_level_package_is_named_with_the_fix(tmp_path, name, importer):
+    """Another distribution's ``agents`` or ``inference`` ahead of ours on the path: the
+    import fails with an error that says what happened and how to fix it."""
+    import subprocess
+    import sys
+
+    if importer == "inference" and name == "inference":
+        pytest.skip("a foreign inference shadows ours entirely: nothing of ours runs")
+    pkg = tmp_path / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(FOREIGN[name] if name == "inference" else "VERSION = 1\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import {importer}"],
+        env={"PYTHONPATH": str(tmp_path), "PATH": ""},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0
+    assert f"the top-level package {name!r} is not the one lrbandit-gym ships" in proc.stderr
+    assert "virtual environment" in proc.stderr

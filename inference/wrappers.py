@@ -148,8 +148,8 @@ class _Watcher:
         if is_vector and not hasattr(base, "problem"):
             raise ValueError(
                 f"{cls.__name__} needs the native vector env of MatrixContextBandit-v0, "
-                f"got {type(base).__name__}: build it with gym.make_vec(\"MatrixContextBandit-v0\""
-                ", num_envs=B, vectorization_mode=\"vector_entry_point\")"
+                f'got {type(base).__name__}: build it with gym.make_vec("MatrixContextBandit-v0"'
+                ', num_envs=B, vectorization_mode="vector_entry_point")'
             )
         if (
             is_vector
@@ -160,7 +160,7 @@ class _Watcher:
                 f"{cls.__name__} cannot watch a vector env with autoreset_mode=NEXT_STEP and "
                 f"max_episode_steps={base.max_episode_steps}: the step after a truncation "
                 "ignores the action and returns reward 0, which is not a round of data; use "
-                "autoreset_mode=\"SameStep\" (the default) or max_episode_steps=None"
+                'autoreset_mode="SameStep" (the default) or max_episode_steps=None'
             )
         layer = env
         while layer is not None and layer is not base:

@@ -38,6 +38,4 @@ def check_companion(module: ModuleType, name: str, attribute: str) -> None:
     if not hasattr(module, attribute):
         raise companion_error(name, f"it has no {attribute!r}; found {file}")
     if file is None or Path(file).resolve().parent.parent != _HOME:
-        raise companion_error(
-            name, f"found {file}, expected it under {_HOME} beside lrbandit_gym"
-        )
+        raise companion_error(name, f"found {file}, expected it under {_HOME} beside lrbandit_gym")

@@ -145,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo", help="an online experiment whose confidence intervals update as it plays"
     )
-    demo.add_argument("--rounds", type=positive_int, default=3000, help="online rounds after warm start")
+    demo.add_argument(
+        "--rounds", type=positive_int, default=3000, help="online rounds after warm start"
+    )
     demo.add_argument("--seed", type=nonnegative_int, default=0)
     demo.add_argument("--out", default="lrbandit-out", help="folder for the figure")
     demo.add_argument("--no-plot", action="store_true", help="do not save the figure")
@@ -210,7 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("what", choices=["env", "agents", "inference", "round"])
     bench.add_argument("--d", type=positive_int, default=50)
     bench.add_argument(
-        "--num-envs", type=positive_int, default=None, help="batch size (default 1000; 125 for round)"
+        "--num-envs",
+        type=positive_int,
+        default=None,
+        help="batch size (default 1000; 125 for round)",
     )
     bench.add_argument("--seed", type=nonnegative_int, default=0)
     bench.add_argument("--engine", choices=ENGINES, default=None, help="default auto")

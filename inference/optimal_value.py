@@ -32,6 +32,7 @@ from inference.results import (
     warn_insufficient,
 )
 from lrbandit_gym.validation import (
+    MIN_PROPENSITY,
     check_actions,
     check_batch_vector,
     check_choice,
@@ -174,18 +175,22 @@ class OptimalValueInference:
         ValueError
             If ``propensities[a_hat_t] <= 0`` in some trial (named when batched).
         """
-        if len(predictions) == 1 and propensities[0, predictions[0].argmax()] > 0:
+        if len(predictions) == 1 and propensities[0, predictions[0].argmax()] >= MIN_PROPENSITY:
             return  # one trial, the common case: no small-array work
         a_hat = np.argmax(predictions, axis=1)
         p_hat = propensities[np.arange(propensities.shape[0]), a_hat]  # 1 - e_t
-        if not (p_hat > 0).all():
-            i = int(np.argmax(~(p_hat > 0)))
+        small = ~(p_hat >= MIN_PROPENSITY)
+        if small.any():
+            i = int(np.argmax(small))
             where = f" (trial {i})" if self.batched else ""
             raise ValueError(
-                f"propensities[a_hat] must be > 0 for the estimated optimal arm "
-                f"a_hat = argmax(predictions) = {int(a_hat[i])}, got "
+                f"propensities[a_hat] must be >= MIN_PROPENSITY = {MIN_PROPENSITY:g} for the "
+                f"estimated optimal arm a_hat = argmax(predictions) = {int(a_hat[i])}, got "
                 f"propensities[{int(a_hat[i])}] = {p_hat[i]!r}{where}: the value estimator "
-                f"weights by 1/(1 - e_t) = 1/pi_t(a_hat_t)"
+                f"weights by 1/(1 - e_t) = 1/pi_t(a_hat_t), so the policy must play the arm "
+                f"the estimate favours with a positive probability (share the agent's "
+                f"estimator, estimator=agent.estimator, or use a policy that explores every "
+                f"arm; a deterministic policy cannot be evaluated)"
             )
 
     def update_validated(

@@ -65,6 +65,10 @@ def _transforms_reward(wrapper) -> bool:
     return any(cls.__name__ in _REWARD_WRAPPERS for cls in type(wrapper).__mro__)
 
 
+def _nothing() -> None:
+    """A prepared update with nothing to do (or to undo)."""
+
+
 class _Checked(NamedTuple):
     """One step's action and context as an inference wrapper validated them, handed to the
     inference wrapper directly below it so the same objects are not checked twice."""
@@ -131,6 +135,7 @@ class _Watcher:
         self._fp = None  # fingerprint of the last context (LowRankSGD estimators)
         self._checked = None  # this step's validated action and context (see _resolve)
         self._handoff = None  # the same, handed down by the inference wrapper above
+        self._pending = None  # the chain's prepared updates, from the wrapper above
         self.rounds_seen = 0
         self.rounds_skipped = 0
 
@@ -200,6 +205,7 @@ class _Watcher:
             # The inference wrapper just above checked this very action and context
             # within this step: nothing can have changed them since.
             self._fp = handed.fingerprint
+            self._checked = handed
             return handed.actions, handed.propensities
         arm, props = split_decision(action)
         from_decision = props is not None
@@ -260,55 +266,101 @@ class _Watcher:
     def _estimate_ready(self) -> bool:
         return bool(self.estimator.initialized)
 
-    def _observe(self, x, actions, rewards, props) -> None:
-        """After the inner step: feed the core with the snapshot, then the own estimator."""
+    def _prepare_own(self, x, actions, rewards, props):
+        """The own estimator's share of the round, prepared: ``(commit, abort)``.
+
+        Everything that can fail (the warm-start fit, the SGD step and its divergence guard)
+        runs here and changes nothing that ``abort`` does not undo; ``commit`` cannot fail.
+        """
         if not self.owns_estimator:
-            return
-        b = self.n_trials
-        if self._buffer is not None:
+            return _nothing, _nothing
+        xb = x if self.n_trials is not None else x[None]
+        buffer = self._buffer
+        if buffer is not None:
             weights = 1.0 / props[np.arange(props.shape[0]), actions]
-            self._buffer.add(
-                x if b is not None else x,
-                actions if b is not None else int(actions[0]),
-                rewards if b is not None else float(rewards[0]),
-                weights if b is not None else float(weights[0]),
-            )
-            if self._buffer.full:
-                self.estimator.initialize(
-                    self._buffer.fit(context=self._shape.context, rank=self.rank)
-                )
+            if buffer.n + 1 < buffer.length:
+                return (lambda: buffer.add_validated(xb, actions, rewards, weights)), _nothing
+            # This round completes the warm start: fit with it now.
+            buffer.add_validated(xb, actions, rewards, weights)
+            try:
+                M_init = buffer.fit(context=self._shape.context, rank=self.rank)
+                if not np.isfinite(M_init).all():
+                    raise FloatingPointError(
+                        "the wrapper's warm-start fit is not finite: the rewards or contexts "
+                        "are too large for it; rescale them or give a longer warm_start"
+                    )
+            except BaseException:
+                buffer.discard_last()
+                raise
+
+            def start():
+                self.estimator.initialize(M_init)
                 self._buffer = None
-            return
-        if b is None:
-            self.estimator.update(x, int(actions[0]), float(rewards[0]), props[0])
-        else:
-            self.estimator.update(x, actions, rewards, props)
+
+            return start, buffer.discard_last
+        proposal = self.estimator.propose_step(xb, actions, rewards, props, self._fp)
+        return (lambda: self.estimator.commit_step(proposal)), _nothing
+
+    def _prepare(self, snapshot, x, actions, rewards, props, obs):
+        """This wrapper's share of the round, prepared: ``(commit, abort)``; ``commit(info)``
+        absorbs it, moves to the next context and writes the running values into ``info``."""
+        commit_own, abort = self._prepare_own(x, actions, rewards, props)
+
+        def commit(info):
+            if snapshot is not None:
+                self._absorb(snapshot, x, actions, rewards, props)
+            else:
+                self.rounds_skipped += 1
+            commit_own()
+            self.rounds_seen += 1
+            self._set_obs(obs)
+            info[self.info_key] = self._running_info()
+
+        return commit, abort
 
     def _watch_step(self, action, inner_step):
+        """One step of the stack, all or nothing.
+
+        The round is checked, the inner step taken and every inference wrapper's update
+        prepared (everything that can fail); only then is it committed, by the outermost
+        inference wrapper for the whole chain below it.  If anything fails after the inner
+        step, the prepared updates are dropped and the base environment is returned to its
+        state before the step (:meth:`MatrixContextBanditEnv.restore`), so every layer is as
+        it was and the step can be retried.
+        """
         self._checked = None
         actions, props = self._resolve(action)
         x = self._x
-        ready = self._estimate_ready()
-        snapshot = self._snapshot(x, actions, props) if ready else None
+        snapshot = self._snapshot(x, actions, props) if self._estimate_ready() else None
+        pending = self._pending  # the chain's prepared updates, from the wrapper above
+        outermost = pending is None
+        if outermost:
+            pending = []
+            base = self.unwrapped
+            checkpoint = base.checkpoint() if hasattr(base, "checkpoint") else None
         inner = self.env if isinstance(self.env, _Watcher) else None
         if inner is not None:
-            inner._handoff = self._checked
+            inner._handoff, inner._pending = self._checked, pending
         try:
-            obs, reward, terminated, truncated, info = inner_step(action)
-        finally:
-            if inner is not None:
-                inner._handoff = None
-        rewards = self._check_reward(reward, self.n_trials)
-        # The step has happened; a NaN reward from the environment must not reach the sums.
-        if snapshot is not None:
-            self._absorb(snapshot, x, actions, rewards, props)
-        else:
-            self.rounds_skipped += 1
-        self._observe(x, actions, rewards, props)
-        self.rounds_seen += 1
-        self._set_obs(obs)
+            try:
+                obs, reward, terminated, truncated, info = inner_step(action)
+            finally:
+                if inner is not None:
+                    inner._handoff = inner._pending = None
+            rewards = self._check_reward(reward, self.n_trials)
+            pending.append(self._prepare(snapshot, x, actions, rewards, props, obs))
+        except BaseException:
+            if outermost:
+                for _, abort in reversed(pending):
+                    abort()
+                if checkpoint is not None:
+                    base.restore(checkpoint)
+            raise
+        if not outermost:
+            return obs, reward, terminated, truncated, info
         info = dict(info)
-        info[self.info_key] = self._running_info()
+        for commit, _ in pending:
+            commit(info)
         return obs, reward, terminated, truncated, info
 
     def reset(self, *, seed=None, options=None):

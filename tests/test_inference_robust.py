@@ -149,3 +149,75 @@ def test_a_foreign_top_level_package_is_named_with_the_fix(tmp_path, name, impor
     assert proc.returncode != 0
     assert f"the top-level package {name!r} is not the one lrbandit-gym ships" in proc.stderr
     assert "virtual environment" in proc.stderr
+
+
+def _copy_state(value):
+    if isinstance(value, dict):
+        return {k: _copy_state(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_copy_state(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    return value
+
+
+def _assert_same(a, b, where="state"):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _assert_same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), where
+    else:
+        assert a == b, where
+
+
+def _raiser(error):
+    def fail(*args, **kwargs):
+        raise error
+
+    return fail
+
+
+@pytest.mark.parametrize(
+    "failure",
+    ["inner fit", "inner SGD step", "outer after the inner SGD step", "outer after the inner fit"],
+)
+def test_a_failure_after_the_inner_step_undoes_the_whole_step(monkeypatch, failure):
+    """Issue 15 case 3: an error in a wrapper's own update after the inner step leaves
+    every layer, the base environment included, as it was before the step, and the step
+    can then be retried."""
+    params = ParameterInference(make_env(), {"T": np.eye(D)}, rank=1, warm_start=20)
+    value = ValueInference(params, rank=1)  # shares the inner wrapper's own estimator
+    uniform = np.full(2, 0.5)
+    value.reset(seed=3)
+    rounds = 19 if "fit" in failure else 30  # the next round completes the warm start
+    for t in range(rounds):
+        value.step(Decision(t % 2, uniform))
+    if failure == "inner fit":
+        monkeypatch.setattr(params._buffer, "fit", _raiser(np.linalg.LinAlgError("boom")))
+        expected = np.linalg.LinAlgError
+    elif failure == "inner SGD step":
+        error = FloatingPointError("diverged: reduce step_scale")
+        monkeypatch.setattr(params.estimator, "propose_step", _raiser(error))
+        expected = FloatingPointError
+    else:  # the outer wrapper fails once the inner one has prepared its update
+        monkeypatch.setattr(value, "_prepare_own", _raiser(FloatingPointError("outer")))
+        expected = FloatingPointError
+    before = [_copy_state(w.state_dict()) for w in (params, value)]
+    base = value.unwrapped
+    checkpoint = base.checkpoint()
+    with pytest.raises(expected):
+        value.step(Decision(1, uniform))
+    _assert_same(before, [_copy_state(w.state_dict()) for w in (params, value)])
+    now = base.checkpoint()
+    assert now[1] is checkpoint[1] and now[2] is checkpoint[2]  # the same context
+    assert now[0] == checkpoint[0]  # the generator as it was
+    monkeypatch.undo()
+    value.step(Decision(1, uniform))  # the retried step goes through, once, everywhere
+    assert params.rounds_seen == value.rounds_seen == rounds + 1
+    assert params.estimator.initialized

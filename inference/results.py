@@ -219,3 +219,29 @@ def trials_phrase(mask: np.ndarray, batched: bool) -> str:
     if not batched:
         return ""
     return f" in {int(np.count_nonzero(mask))} of {mask.size} trials"
+
+
+def interval_rows(ci: IntervalEstimate) -> list[dict[str, float]]:
+    """One dict per trial of ``ci``'s estimate, bounds, standard error and p-value."""
+    fields = ("estimate", "low", "high", "standard_error", "p_value")
+    arrays = {f: np.atleast_1d(np.asarray(getattr(ci, f), dtype=float)) for f in fields}
+    return [{f: float(arrays[f][i]) for f in fields} for i in range(arrays["estimate"].size)]
+
+
+def format_table(rows, n_trials, confidence_level) -> str:
+    """A text table of ``(label, IntervalEstimate)`` rows (trial 0 when batched)."""
+    pct = f"{100 * confidence_level:g}%"
+    head = (
+        f"{'quantity':<24}{'estimate':>11}{pct + ' low':>11}{pct + ' high':>11}"
+        f"{'se':>11}{'p-value':>11}"
+    )
+    lines = [head, "-" * len(head)]
+    for label, ci in rows:
+        r = interval_rows(ci)[0]
+        lines.append(
+            f"{label:<24}{r['estimate']:>11.4f}{r['low']:>11.4f}{r['high']:>11.4f}"
+            f"{r['standard_error']:>11.4g}{r['p_value']:>11.3g}"
+        )
+    if n_trials is not None:
+        lines.append(f"(trial 0 of {n_trials}; the IntervalEstimate arrays hold every trial)")
+    return "\n".join(lines)

@@ -1,0 +1,427 @@
+"""The machinery every inference wrapper shares (:class:`InferenceWrapperBase`).
+
+It resolves each step's propensities (from the :class:`~lrbandit_gym.Decision` or
+``propensity_fn``), checks the action and the context before the inner step, runs the
+wrapper's own :class:`~agents.LowRankSGD` when it has no agent's estimator to share
+(warm-started on the first rounds it sees, weighted by ``1/π``), and steps a stack of
+inference wrappers all or nothing: every layer prepares its update, the outermost commits
+them together, and a failure after the inner step returns the base environment to its state
+before the step.  The public wrappers are in :mod:`inference.wrappers`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorRewardWrapper
+
+from agents.base import problem_shape
+from agents.estimator import LowRankSGD
+from agents.warm_start import DEFAULT_WARM_START_ROUNDS, WarmStartBuffer
+from inference.results import InsufficientDataWarning, interval_rows, warn_insufficient
+from lrbandit_gym.decision import split_decision
+from lrbandit_gym.validation import check_propensities
+
+__all__ = ["InferenceWrapperBase"]
+
+
+_REWARD_WRAPPERS = ("NormalizeReward", "ClipReward", "TransformReward", "VectorizeTransformReward")
+
+
+def _transforms_reward(wrapper) -> bool:
+    """Whether a wrapper changes the rewards it passes on (Gymnasium's reward wrappers and
+    any subclass of ``gym.RewardWrapper`` or ``VectorRewardWrapper``)."""
+    if isinstance(wrapper, gym.RewardWrapper | VectorRewardWrapper):
+        return True
+    return any(cls.__name__ in _REWARD_WRAPPERS for cls in type(wrapper).__mro__)
+
+
+def _nothing() -> None:
+    """A prepared update with nothing to do (or to undo)."""
+
+
+class _Checked(NamedTuple):
+    """One step's action and context as an inference wrapper validated them, handed to the
+    inference wrapper directly below it so the same objects are not checked twice."""
+
+    action: Any
+    obs: Any
+    estimator: Any
+    from_decision: bool
+    propensity_fn: Any
+    actions: np.ndarray
+    propensities: np.ndarray
+    fingerprint: np.ndarray | None
+
+
+class InferenceWrapperBase:
+    """Estimator handling, propensity resolution and bookkeeping shared by all wrappers."""
+
+    info_key = "inference"
+
+    def _setup(self, env, rank, estimator, propensity_fn, warm_start, sgd_kwargs) -> None:
+        base = env.unwrapped
+        self._shape = problem_shape(base)
+        self.d1, self.d2 = self._shape.d1, self._shape.d2
+        self.n_actions = self._shape.n_actions
+        self.n_trials = self._shape.n_trials if self._vector else None
+        if propensity_fn is not None and not callable(propensity_fn):
+            raise ValueError(f"propensity_fn must be callable; got {propensity_fn!r}")
+        self.propensity_fn = propensity_fn
+        if estimator is None:
+            estimator = self._inner_estimator(env)
+        self.owns_estimator = estimator is None
+        if estimator is None:
+            estimator = LowRankSGD(
+                self.d1,
+                self.d2,
+                rank,
+                self.n_actions,
+                n_trials=self.n_trials,
+                context=self._shape.context,
+                **sgd_kwargs,
+            )
+            rounds = DEFAULT_WARM_START_ROUNDS if warm_start is None else warm_start
+            if isinstance(rounds, bool) or int(rounds) != rounds or rounds < 1:
+                raise ValueError(
+                    f"warm_start must be a positive number of rounds; got {warm_start!r}"
+                )
+            self.warm_start_rounds = int(rounds)
+            self._buffer = WarmStartBuffer(
+                self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials
+            )
+        else:
+            for name in ("d1", "d2", "n_actions", "n_trials"):
+                mine = getattr(self, name)
+                if getattr(estimator, name) != mine:
+                    raise ValueError(
+                        f"estimator.{name}={getattr(estimator, name)!r} does not match the "
+                        f"environment's {mine!r}"
+                    )
+            self.warm_start_rounds = 0
+            self._buffer = None
+        self.estimator = estimator
+        self.rank = estimator.rank
+        self._obs = None
+        self._fp = None  # fingerprint of the last context (LowRankSGD estimators)
+        self._checked = None  # this step's validated action and context (see _resolve)
+        self._handoff = None  # the same, handed down by the inference wrapper above
+        self._pending = None  # the chain's prepared updates, from the wrapper above
+        self.rounds_seen = 0
+        self.rounds_skipped = 0
+
+    @classmethod
+    def _check_kind(cls, env) -> None:
+        """Refuse the wrong kind of environment before any wrapper state exists."""
+        base = getattr(env, "unwrapped", env)
+        is_vector = isinstance(base, VectorEnv)
+        if cls._vector and not is_vector:
+            raise ValueError(f"{cls.__name__} wraps a vector env; got {type(env).__name__}")
+        if not cls._vector and is_vector:
+            raise ValueError(
+                f"{cls.__name__} wraps a single env; use Vector{cls.__name__} for a vector env"
+            )
+        if is_vector and not hasattr(base, "problem"):
+            raise ValueError(
+                f"{cls.__name__} needs the native vector env of MatrixContextBandit-v0, "
+                f'got {type(base).__name__}: build it with gym.make_vec("MatrixContextBandit-v0"'
+                ', num_envs=B, vectorization_mode="vector_entry_point")'
+            )
+        if (
+            is_vector
+            and getattr(base, "max_episode_steps", None) is not None
+            and getattr(base, "autoreset_mode", None) == AutoresetMode.NEXT_STEP
+        ):
+            raise ValueError(
+                f"{cls.__name__} cannot watch a vector env with autoreset_mode=NEXT_STEP and "
+                f"max_episode_steps={base.max_episode_steps}: the step after a truncation "
+                "ignores the action and returns reward 0, which is not a round of data; use "
+                'autoreset_mode="SameStep" (the default) or max_episode_steps=None'
+            )
+        layer = env
+        while layer is not None and layer is not base:
+            if _transforms_reward(layer):
+                raise ValueError(
+                    f"{cls.__name__} must sit below reward-transforming wrappers, not above "
+                    f"{type(layer).__name__}: it would estimate the transformed reward, not "
+                    "<M_a, X>; wrap the bandit with the inference wrappers first and add "
+                    f"{type(layer).__name__} on top"
+                )
+            layer = getattr(layer, "env", None)
+
+    @staticmethod
+    def _inner_estimator(env):
+        while env is not None:
+            if isinstance(env, InferenceWrapperBase):
+                return env.estimator
+            env = getattr(env, "env", None)
+        return None
+
+    def _context(self, obs) -> np.ndarray:
+        shape = (self.d1, self.d2) if self.n_trials is None else (self.n_trials, self.d1, self.d2)
+        return np.asarray(obs, dtype=float).reshape(shape)
+
+    def _resolve(self, action):
+        """``(action, propensities)`` checked against the last context, before any step."""
+        if self._obs is None:
+            raise RuntimeError("Call reset() before step().")
+        handed = self._handoff
+        if (
+            handed is not None
+            and handed.action is action
+            and handed.obs is self._obs_raw
+            and handed.estimator is self.estimator
+            and (handed.from_decision or handed.propensity_fn is self.propensity_fn)
+        ):
+            # The inference wrapper just above checked this very action and context
+            # within this step: nothing can have changed them since.
+            self._fp = handed.fingerprint
+            self._checked = handed
+            return handed.actions, handed.propensities
+        arm, props = split_decision(action)
+        from_decision = props is not None
+        if props is None:
+            if self.propensity_fn is None:
+                raise ValueError(
+                    f"{type(self).__name__} needs the propensity of every action: pass the "
+                    "agent's Decision to env.step (agents' act() returns one), or give "
+                    "propensity_fn=lambda obs: pmf at construction; got a bare action "
+                    f"{arm!r}"
+                )
+            props = self.propensity_fn(self._obs_raw)
+        b = self.n_trials
+        actions = np.array(arm, ndmin=1)
+        if actions.dtype.kind not in "iu" or actions.shape != (1 if b is None else b,):
+            raise ValueError(f"action must be an integer (array of shape ({b},)); got {arm!r}")
+        if ((actions < 0) | (actions >= self.n_actions)).any():
+            raise ValueError(f"action must be in [0, {self.n_actions}); got {arm!r}")
+        props = check_propensities(props, actions, self.n_actions, b)
+        self._fp = self._check_context()
+        self._checked = _Checked(
+            action,
+            self._obs_raw,
+            self.estimator,
+            from_decision,
+            self.propensity_fn,
+            actions,
+            props,
+            self._fp,
+        )
+        return actions, props
+
+    def _check_context(self) -> np.ndarray | None:
+        """Refuse a non-finite context before the step.  With a :class:`LowRankSGD` the
+        check is the context's fingerprint (one pass), which is returned for the
+        estimator's product cache; otherwise None."""
+        fp = None
+        if isinstance(self.estimator, LowRankSGD):
+            xb = self._x if self.n_trials is not None else self._x[None]
+            fp = self.estimator.fingerprint(xb)
+            if np.isfinite(fp).all():
+                return fp
+        if not np.isfinite(self._x).all():
+            raise ValueError("the context the environment returned is not finite (NaN or inf)")
+        return fp  # finite entries (their fingerprint overflowed), or not a LowRankSGD
+
+    @staticmethod
+    def _check_reward(reward, b):
+        if b is None and isinstance(reward, float) and math.isfinite(reward):
+            return np.array([reward])  # a single env's reward, the common case
+        r = np.array(reward, dtype=float, ndmin=1)
+        if not np.isfinite(r).all():
+            i = int(np.argmax(~np.isfinite(r)))
+            where = "" if b is None else f" (trial {i})"
+            raise ValueError(f"reward must be finite; got {r[i]!r}{where}")
+        return r
+
+    def _estimate_ready(self) -> bool:
+        return bool(self.estimator.initialized)
+
+    def _prepare_own(self, x, actions, rewards, props):
+        """The own estimator's share of the round, prepared: ``(commit, abort)``.
+
+        Everything that can fail (the warm-start fit, the SGD step and its divergence guard)
+        runs here and changes nothing that ``abort`` does not undo; ``commit`` cannot fail.
+        """
+        if not self.owns_estimator:
+            return _nothing, _nothing
+        xb = x if self.n_trials is not None else x[None]
+        buffer = self._buffer
+        if buffer is not None:
+            weights = 1.0 / props[np.arange(props.shape[0]), actions]
+            if buffer.n + 1 < buffer.length:
+                return (lambda: buffer.add_validated(xb, actions, rewards, weights)), _nothing
+            # This round completes the warm start: fit with it now.
+            buffer.add_validated(xb, actions, rewards, weights)
+            try:
+                M_init = buffer.fit(context=self._shape.context, rank=self.rank)
+                if not np.isfinite(M_init).all():
+                    raise FloatingPointError(
+                        "the wrapper's warm-start fit is not finite: the rewards or contexts "
+                        "are too large for it; rescale them or give a longer warm_start"
+                    )
+            except BaseException:
+                buffer.discard_last()
+                raise
+
+            def start():
+                self.estimator.initialize(M_init)
+                self._buffer = None
+
+            return start, buffer.discard_last
+        proposal = self.estimator.propose_step(xb, actions, rewards, props, self._fp)
+        return (lambda: self.estimator.commit_step(proposal)), _nothing
+
+    def _prepare(self, snapshot, x, actions, rewards, props, obs):
+        """This wrapper's share of the round, prepared: ``(commit, abort)``; ``commit(info)``
+        absorbs it, moves to the next context and writes the running values into ``info``."""
+        commit_own, abort = self._prepare_own(x, actions, rewards, props)
+
+        def commit(info):
+            if snapshot is not None:
+                self._absorb(snapshot, x, actions, rewards, props)
+            else:
+                self.rounds_skipped += 1
+            commit_own()
+            self.rounds_seen += 1
+            self._set_obs(obs)
+            info[self.info_key] = self._running_info()
+
+        return commit, abort
+
+    def _watch_step(self, action, inner_step):
+        """One step of the stack, all or nothing.
+
+        The round is checked, the inner step taken and every inference wrapper's update
+        prepared (everything that can fail); only then is it committed, by the outermost
+        inference wrapper for the whole chain below it.  If anything fails after the inner
+        step, the prepared updates are dropped and the base environment is returned to its
+        state before the step (:meth:`MatrixContextBanditEnv.restore`), so every layer is as
+        it was and the step can be retried.
+        """
+        self._checked = None
+        actions, props = self._resolve(action)
+        x = self._x
+        snapshot = self._snapshot(x, actions, props) if self._estimate_ready() else None
+        pending = self._pending  # the chain's prepared updates, from the wrapper above
+        outermost = pending is None
+        if outermost:
+            pending = []
+            base = self.unwrapped
+            checkpoint = base.checkpoint() if hasattr(base, "checkpoint") else None
+        inner = self.env if isinstance(self.env, InferenceWrapperBase) else None
+        if inner is not None:
+            inner._handoff, inner._pending = self._checked, pending
+        try:
+            try:
+                obs, reward, terminated, truncated, info = inner_step(action)
+            finally:
+                if inner is not None:
+                    inner._handoff = inner._pending = None
+            rewards = self._check_reward(reward, self.n_trials)
+            pending.append(self._prepare(snapshot, x, actions, rewards, props, obs))
+        except BaseException:
+            if outermost:
+                for _, abort in reversed(pending):
+                    abort()
+                if checkpoint is not None:
+                    base.restore(checkpoint)
+            raise
+        if not outermost:
+            return obs, reward, terminated, truncated, info
+        info = dict(info)
+        for commit, _ in pending:
+            commit(info)
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._set_obs(obs)
+        return obs, info
+
+    def step(self, action):
+        """Step the inner env with ``action`` unchanged, then absorb the round."""
+        return self._watch_step(action, self.env.step)
+
+    def _set_obs(self, obs) -> None:
+        self._obs_raw = obs
+        self._obs = obs
+        self._x = self._context(obs)
+
+    def _rounds_needed_message(self) -> str:
+        if self.owns_estimator:
+            left = self.warm_start_rounds - self.rounds_seen
+            return (
+                f"the wrapper's warm start needs {max(left, 0)} more round(s) "
+                f"({self.warm_start_rounds} in all) before inference starts"
+            )
+        return "the shared estimator has not finished its warm start yet"
+
+    @contextlib.contextmanager
+    def _one_warning(self):
+        """Before inference starts, say why and for how long, instead of the core's
+        generic "no rounds observed" warning."""
+        if self.core.n_obs:
+            yield
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", InsufficientDataWarning)
+            yield
+        warn_insufficient(
+            f"no round has entered the inference yet: {self._rounds_needed_message()}; "
+            "returning NaN",
+            stacklevel=4,
+        )
+
+    def to_frame(self, confidence_level: float = 0.95):
+        """Every interval of this wrapper and of the inference wrappers below it in the
+        stack, as a pandas DataFrame (needs pandas): one row per quantity and trial, with
+        columns ``quantity``, ``trial``, ``estimate``, ``low``, ``high``,
+        ``standard_error`` and ``p_value``, outermost wrapper first."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError("to_frame() needs pandas: pip install pandas") from exc
+        records = []
+        env = self
+        while env is not None:
+            if isinstance(env, InferenceWrapperBase):
+                for label, ci in env.results(confidence_level):
+                    for trial, row in enumerate(interval_rows(ci)):
+                        records.append({"quantity": label, "trial": trial, **row})
+            env = getattr(env, "env", None)
+        return pd.DataFrame.from_records(records)
+
+    def _state_common(self) -> dict[str, Any]:
+        return {
+            "rounds_seen": self.rounds_seen,
+            "rounds_skipped": self.rounds_skipped,
+            "estimator": self.estimator.state_dict() if self.owns_estimator else None,
+            "buffer": None if self._buffer is None else self._buffer.state_dict(),
+            "obs": None if self._obs is None else np.array(self._obs, copy=True),
+        }
+
+    def _load_common(self, state: dict[str, Any]) -> None:
+        self._restored()
+        self.rounds_seen = int(state["rounds_seen"])
+        self.rounds_skipped = int(state["rounds_skipped"])
+        if self.owns_estimator:
+            self.estimator.load_state_dict(state["estimator"])
+            if state["buffer"] is None:
+                self._buffer = None
+            else:
+                self._buffer = WarmStartBuffer(
+                    self.d1,
+                    self.d2,
+                    self.n_actions,
+                    self.warm_start_rounds,
+                    n_trials=self.n_trials,
+                )
+                self._buffer.load_state_dict(state["buffer"])
+        if state["obs"] is not None:
+            self._set_obs(np.array(state["obs"], copy=True))

@@ -8,7 +8,14 @@ from agents.ensemble import EnsembleSampling
 from agents.estimator import LowRankSGD
 from agents.forced_exploration import ForcedExploration
 from agents.low_rank import EpsilonGreedy, LowRankPolicy, Softmax
-from agents.warm_start import DEFAULT_WARM_START_ROUNDS, WarmStartBuffer, nuclear_norm_fit
+from agents.sb3 import SB3Agent
+from agents.warm_start import (
+    DEFAULT_WARM_START_ROUNDS,
+    WarmStartBuffer,
+    default_warm_start_rounds,
+    initial_estimate,
+    nuclear_norm_fit,
+)
 
 __all__ = [
     "DEFAULT_WARM_START_ROUNDS",
@@ -22,9 +29,12 @@ __all__ = [
     "Oracle",
     "Policy",
     "PolicyBase",
+    "SB3Agent",
     "Softmax",
     "UniformRandom",
     "WarmStartBuffer",
+    "default_warm_start_rounds",
+    "initial_estimate",
     "nuclear_norm_fit",
     "problem_shape",
     "sample_actions",

@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from agents.state import generator_state, generator_state_from, read_int
 from lrbandit_gym.decision import Decision, split_decision
 from lrbandit_gym.validation import check_actions, check_context, check_rewards
 
@@ -103,7 +104,14 @@ class PolicyBase(ABC):
     """Shared plumbing: problem sizes, a private generator, batching and validation.
 
     Subclasses implement :meth:`_probs` on a batched context ``(B, d1, d2)`` and may override
-    :meth:`_learn`.
+    :meth:`_learn`.  A call that fails raises before any state changes: :meth:`_probs` runs
+    (and checks its predictions, :meth:`_check_predictions`) before the generator draws,
+    and :meth:`_learn` either absorbs the whole round or nothing.
+
+    The state (:meth:`state_dict`) is a flat dict of arrays and scalars in the key scheme of
+    :mod:`agents.state`, so it saves with ``np.savez`` and loads with
+    ``np.load(allow_pickle=False)``; subclasses extend :meth:`validate_state_dict` (every
+    check, no change) and :meth:`_apply_state` (the assignment, which cannot fail).
     """
 
     def __init__(
@@ -175,7 +183,11 @@ class PolicyBase(ABC):
         return x, actions, rewards, props
 
     def update(self, obs, decision, reward) -> None:
-        """Learn from one round: the context acted on, the decision taken and its reward."""
+        """Learn from one round: the context acted on, the decision taken and its reward.
+
+        All or nothing: invalid input raises ``ValueError`` and a round that cannot be
+        absorbed numerically ``FloatingPointError``, before any state changes.
+        """
         x, actions, rewards, props = self._validated_step(obs, decision, reward)
         self._learn(x, actions, rewards, props)
         self.t += 1
@@ -183,11 +195,54 @@ class PolicyBase(ABC):
     def _learn(self, x, actions, rewards, props) -> None:  # noqa: B027  (optional hook)
         """Absorb a validated batched round; stateless policies keep the default."""
 
+    def _check_predictions(self, preds: np.ndarray, x: np.ndarray) -> None:
+        """Raise ``FloatingPointError`` if predicted rewards (B, ...) are not finite.
+
+        A context far outside the estimates' scale (say entries of 1e200) overflows
+        ``<M_hat_a, X>``; no pmf can be computed from it, and the call must fail before the
+        generator draws.
+        """
+        if np.isfinite(preds).all():
+            return
+        bad = ~np.isfinite(preds.reshape(preds.shape[0], -1)).all(axis=1)
+        b = int(np.argmax(bad))
+        where = f" (trial {b})" if self.batched else ""
+        raise FloatingPointError(
+            f"{type(self).__name__}: the predicted rewards at this obs are not finite"
+            f"{where}: {preds[b].ravel()[:4].tolist()}; the context's largest entry is "
+            f"{float(np.abs(x[b]).max()):.3g}, too large for the scale of the estimates. "
+            "Rescale the contexts (and rewards) to order 1; nothing was drawn or changed"
+        )
+
     # -- save and resume ------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Plain data that :meth:`load_state_dict` restores (the generator state included)."""
-        return {"t": self.t, "rng": self.rng.bit_generator.state}
+        """Plain data that :meth:`load_state_dict` restores (the generator state included).
+
+        A flat dict (key scheme of :mod:`agents.state`): ``t`` and the generator state
+        ``rng.bit_generator``, ``rng.state``; subclasses add theirs.
+        """
+        return {"t": int(self.t), **generator_state(self.rng)}
+
+    def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Check a :meth:`state_dict` (or one saved before the flat layout), changing
+        nothing; returns what :meth:`load_state_dict` assigns.
+
+        Raises
+        ------
+        ValueError
+            On a missing key or an invalid value (negative ``t``, an invalid generator
+            state, ...).
+        """
+        if "t" not in state:
+            raise ValueError("state is missing key 't'")
+        return {"t": read_int(state["t"], "state['t']"), "rng": generator_state_from(state)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.t = int(state["t"])
-        self.rng.bit_generator.state = state["rng"]
+        """Restore a :meth:`state_dict`: everything is validated first
+        (:meth:`validate_state_dict`), so a failure changes nothing."""
+        self._apply_state(self.validate_state_dict(state))
+
+    def _apply_state(self, checked: dict[str, Any]) -> None:
+        """Assign a validated state (nothing here raises)."""
+        self.t = checked["t"]
+        self.rng.bit_generator.state = checked["rng"]

@@ -38,6 +38,14 @@ Implementation notes
   per block at d1 = d2 = 20 (one block of 100 trials would spend its time on gathers,
   scatters and 128 MB temporaries), hundreds of trials per block for small contexts, where
   Python overhead would dominate instead.
+* **All or nothing.**  A round first computes every block's new statistics and refitted
+  factors without storing them, then stores them all (``EnsembleSampling._absorb``); a
+  round whose statistics would overflow or whose ALS systems are numerically singular
+  (contexts or rewards many orders of magnitude outside the prior's scale) raises
+  ``FloatingPointError`` with the policy, its generator included, as it was.  The
+  statistics' rank-one update is then computed twice, in one pass each with the numba
+  engine (:mod:`agents.ensemble_kernels`), which keeps the round as fast as the single
+  in-place update it replaces.
 * **Prior means.**  The default ``mu_u = mu_v = 0`` is the symmetric choice of eq. (MAP
   obj) (a common non-zero mean would pull every model towards the same arbitrary matrix
   ``mu_u mu_v^T`` and kill early exploration).  Zero is then a stationary point of the
@@ -65,6 +73,8 @@ from typing import Any
 import numpy as np
 
 from agents.base import PolicyBase
+from agents.state import same_value
+from lrbandit_gym import engine
 from lrbandit_gym.validation import (
     check_choice,
     check_finite,
@@ -81,6 +91,25 @@ _RESCUE = 1e-6
 # Bytes of statistics per block of trials absorbed together (cache-sized, 1-2 MiB: one trial
 # per block at d1 = d2 = 20, ~25 at d = 10, ~400 at d = 5).
 _BLOCK_BYTES = 2**21
+# Largest diagonal entry of the statistics S accepted after a round: far below overflow, so
+# that the ALS contractions of S with the factors stay finite.
+_STAT_LIMIT = 1e250
+# Largest |entry| of a context or perturbed reward accepted: its square (or product with the
+# other) stays below 1e250, so the statistics' update cannot overflow.
+_ENTRY_LIMIT = 1e125
+
+
+def _kernels():
+    """:mod:`agents.ensemble_kernels`, imported on first use (it needs numba)."""
+    global _KERNELS
+    if _KERNELS is None:
+        from agents import ensemble_kernels
+
+        _KERNELS = ensemble_kernels
+    return _KERNELS
+
+
+_KERNELS = None
 
 
 def _block_trials(d1: int, d2: int, n_trials: int | None) -> int:
@@ -385,6 +414,7 @@ class EnsembleSampling(PolicyBase):
         self._counts = np.zeros((B, K), dtype=np.int64)
         self._rows = np.arange(B)
         self.block_trials = _block_trials(d1, d2, self.n_trials)
+        self._scratch: list[np.ndarray | None] = [None, None]  # see _block_scratch
 
     @property
     def _n_batch(self) -> int:
@@ -397,7 +427,10 @@ class EnsembleSampling(PolicyBase):
         return np.einsum("bkmjl,bkmjl->bmk", self._U, XV)
 
     def _probs(self, x: np.ndarray) -> np.ndarray:
-        greedy = self._predictions(x).argmax(axis=-1)  # (B, M); ties go to the lower arm
+        with np.errstate(over="ignore", invalid="ignore"):  # checked next
+            preds = self._predictions(x)
+        self._check_predictions(preds, x)  # argmax of NaN would silently pick an arm
+        greedy = preds.argmax(axis=-1)  # (B, M); ties go to the lower arm
         counts = (greedy[..., None] == np.arange(self.n_actions)).sum(axis=1)
         return counts / self.n_models
 
@@ -439,8 +472,18 @@ class EnsembleSampling(PolicyBase):
         return self.perturbation_std * self.rng.standard_normal((n, self.n_models))
 
     def _learn(self, x, actions, rewards, props) -> None:
-        """Absorb a validated round: perturb, update the statistics, refit the pulled arm."""
-        self._absorb(x, actions, rewards, self._draw_perturbations(x.shape[0]))
+        """Absorb a validated round: perturb, update the statistics, refit the pulled arm.
+
+        All or nothing: if the round cannot be absorbed (see :meth:`_absorb`), the
+        generator is set back to its state before the perturbations were drawn and nothing
+        else has changed.
+        """
+        before = self.rng.bit_generator.state
+        try:
+            self._absorb(x, actions, rewards, self._draw_perturbations(x.shape[0]))
+        except BaseException:
+            self.rng.bit_generator.state = before
+            raise
 
     def _absorb(self, x, actions, rewards, w) -> None:
         """The update of Algorithm 6 given the perturbations ``w`` (shape ``(B, M)``).
@@ -448,14 +491,109 @@ class EnsembleSampling(PolicyBase):
         Trials are processed in blocks of :attr:`block_trials`, vectorised within a block:
         the round is memory-bound (it streams ``(d1 d2)^2`` floats per trial several times),
         and a block's working set stays in cache where the whole batch's would not.
+
+        Two passes: the first computes every block's new statistics and refitted factors
+        without storing them and checks them (:meth:`_propose_block`); only when every
+        block passed does the second store them (:meth:`_commit_block`, which recomputes
+        the statistics' rank-one update, bit for bit the same, rather than keeping a copy
+        of every block's statistics).
+
+        Raises
+        ------
+        FloatingPointError
+            If the round would make the statistics or factors non-finite or an ALS system
+            singular (contexts or rewards far outside the scale of the prior); the state is
+            then unchanged.
         """
         y_tilde = rewards[:, None] + w
         step = self.block_trials
+        blocks = []
         for lo in range(0, x.shape[0], step):
             sl = slice(lo, lo + step)
-            self._absorb_block(sl, x[sl], actions[sl], y_tilde[sl])
+            blocks.append((sl, *self._propose_block(sl, x[sl], actions[sl], y_tilde[sl])))
+        # ---- every block passed its checks: nothing below raises ----------------------
+        for sl, U, V in blocks:
+            self._commit_block(sl, x[sl], actions[sl], y_tilde[sl], U, V)
 
-    def _absorb_block(self, sl, x, actions, y_tilde) -> None:
+    def _propose_block(self, sl, x, actions, y_tilde):
+        """A block's refitted factors ``(U, V)`` of the pulled arms, computed from its new
+        statistics without storing anything; raises ``FloatingPointError`` if the
+        statistics would overflow or the factors are not finite."""
+        n = x.shape[0]
+        rows = self._rows[sl]
+        xf = x.reshape(n, -1)
+        one_arm = bool(np.all(actions == actions[0]))
+        # The statistics' rank-one updates must stay finite: S is positive semi-definite,
+        # so its entries are bounded by its largest diagonal entry.
+        S_diag = np.diagonal(self._S, axis1=-2, axis2=-1)[rows, actions]  # (n, p), a copy
+        x_top = np.abs(xf).max(axis=1)
+        bad = ~((x_top < _ENTRY_LIMIT) & (S_diag.max(axis=1) < _STAT_LIMIT))
+        if bad.any():
+            raise FloatingPointError(self._failure(sl, x, y_tilde, int(np.argmax(bad)), "S"))
+        Y_old = self._Y[rows, actions]
+        y_top = np.abs(y_tilde).max(axis=1)
+        bad = ~((y_top < _ENTRY_LIMIT) & (np.abs(Y_old.reshape(n, -1)).max(axis=1) < _STAT_LIMIT))
+        if bad.any():
+            raise FloatingPointError(self._failure(sl, x, y_tilde, int(np.argmax(bad)), "Y"))
+        # ---- the statistics' updates are finite (each term below 1e250) ------------------
+        if one_arm:  # S + x x^T into the scratch, the statistics untouched
+            S = self._plus_outer(self._S[sl, actions[0]], xf, self._block_scratch(n))
+        else:  # a gathered copy, updated in place
+            S = self._S[rows, actions]
+            self._plus_outer(S, xf, S)
+        Y = Y_old + y_tilde[:, :, None, None] * x[:, None]
+        with np.errstate(over="ignore", invalid="ignore"):  # non-finite factors: see below
+            U, V = self._rescue(self._U[rows, actions], self._V[rows, actions])
+            try:
+                U, V = als_sweep(
+                    S,
+                    Y,
+                    U,
+                    V,
+                    self._mu_u[rows, actions],
+                    self._mu_v[rows, actions],
+                    self._lam_u[actions],
+                    self._lam_v[actions],
+                    self.als_sweeps,
+                )
+            except np.linalg.LinAlgError:
+                raise FloatingPointError(self._failure(sl, x, y_tilde, None, "singular")) from None
+        finite = np.isfinite(U.reshape(n, -1)).all(axis=1) & np.isfinite(V.reshape(n, -1)).all(
+            axis=1
+        )
+        if not finite.all():
+            b = int(np.argmin(finite))
+            raise FloatingPointError(self._failure(sl, x, y_tilde, b, "factors"))
+        return U, V
+
+    def _block_scratch(self, n: int, which: int = 0) -> np.ndarray:
+        """Scratch for ``n`` trials' ``(d1 d2)^2`` arrays (n, p, p), kept between rounds (a
+        fresh array would cost the kernel's zeroing of its pages every round): ``which``
+        0 holds a block's new statistics, 1 its rank-one term (numpy engine)."""
+        if self._scratch[which] is None:
+            p = self.d1 * self.d2
+            self._scratch[which] = np.empty((self.block_trials, p, p))
+        return self._scratch[which][:n]
+
+    def _plus_outer(self, S: np.ndarray, xf: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``out = S + vec(X) vec(X)^T`` for a block (``S``, ``out``: (n, p, p), possibly
+        the same array; ``xf``: (n, p)): the rank-one update of the statistics, the same
+        numbers as ``S + xf[:, :, None] * xf[:, None, :]``.
+
+        The numba engine does it in one pass without a temporary
+        (:func:`agents.ensemble_kernels.add_outer`), which keeps the two passes of
+        :meth:`_absorb` as cheap as the one in-place update they replace; the numpy engine
+        forms the rank-one term in a kept scratch array.
+        """
+        if engine.compiled():
+            _kernels().add_outer(S, xf, out)
+            return out
+        n = xf.shape[0]
+        term = np.multiply(xf[:, :, None], xf[:, None, :], out=self._block_scratch(n, 1))
+        return np.add(S, term, out=out)
+
+    def _commit_block(self, sl, x, actions, y_tilde, U, V) -> None:
+        """Store a block's statistics and the factors :meth:`_propose_block` computed."""
         n = x.shape[0]
         rows = self._rows[sl]
         xf = x.reshape(n, -1)
@@ -463,30 +601,38 @@ class EnsembleSampling(PolicyBase):
             # One arm for the whole block (always so unbatched): update the statistics in
             # place through views instead of gathering and scattering them.
             S = self._S[sl, actions[0]]
-            S += xf[:, :, None] * xf[:, None, :]
+            self._plus_outer(S, xf, S)
             Y = self._Y[sl, actions[0]]
             Y += y_tilde[:, :, None, None] * x[:, None]
         else:
             S = self._S[rows, actions]
-            S += xf[:, :, None] * xf[:, None, :]
+            self._plus_outer(S, xf, S)
             self._S[rows, actions] = S
-            Y = self._Y[rows, actions] + y_tilde[:, :, None, None] * x[:, None]
-            self._Y[rows, actions] = Y
+            self._Y[rows, actions] = self._Y[rows, actions] + y_tilde[:, :, None, None] * x[:, None]
         self._counts[rows, actions] += 1
-        U, V = self._rescue(self._U[rows, actions], self._V[rows, actions])
-        U, V = als_sweep(
-            S,
-            Y,
-            U,
-            V,
-            self._mu_u[rows, actions],
-            self._mu_v[rows, actions],
-            self._lam_u[actions],
-            self._lam_v[actions],
-            self.als_sweeps,
-        )
         self._U[rows, actions] = U
         self._V[rows, actions] = V
+
+    def _failure(self, sl, x, y_tilde, b, what) -> str:
+        """The message of a round that cannot be absorbed (trial ``b`` of the block, or
+        None when the block's linear algebra failed as a whole)."""
+        lo = sl.start or 0
+        if b is None:
+            b = int(np.argmax(np.abs(x.reshape(x.shape[0], -1)).max(axis=1)))
+        where = "" if self.n_trials is None else f" in trial {lo + b}"
+        reason = {
+            "S": "the context's sufficient statistics sum_s vec(X_s) vec(X_s)^T would overflow",
+            "Y": "the perturbed rewards' statistics sum_s y~_s X_s would overflow",
+            "singular": "the ALS normal equations of eq. (MAP obj) become numerically singular",
+            "factors": "the refitted factors would be non-finite",
+        }[what]
+        return (
+            f"EnsembleSampling cannot absorb this round{where}: {reason} (obs with largest "
+            f"entry {float(np.abs(x[b]).max()):.3g}, reward {float(y_tilde[b].mean()):.3g}); "
+            "the contexts and rewards are far outside the scale of the prior.  Rescale them "
+            "to order 1, or regularise more (a larger noise_std or smaller prior_std_u, "
+            "prior_std_v); the policy is unchanged (its generator included)"
+        )
 
     def _rescue(self, U: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Restore the prior scale of warm starts that ALS has shrunk to (almost) zero.
@@ -542,7 +688,7 @@ class EnsembleSampling(PolicyBase):
             "n_models": self.n_models,
             "prior_std_u": self.prior_std_u,
             "prior_std_v": self.prior_std_v,
-            "noise_std": self.noise_std.tolist(),
+            "noise_std": self.noise_std.copy(),
             "perturbation_std": self.perturbation_std,
             "prior_anchor": self.prior_anchor,
             "als_sweeps": self.als_sweeps,
@@ -551,31 +697,38 @@ class EnsembleSampling(PolicyBase):
     _ARRAYS = ("U", "V", "mu_u", "mu_v", "S", "Y", "counts")
 
     def state_dict(self) -> dict[str, Any]:
-        """Configuration, generator state and every array (copies), for bit-identical resume."""
+        """Configuration, generator state and every array (copies), for bit-identical resume.
+
+        Flat (:mod:`agents.state`): it saves with ``np.savez`` and loads with
+        ``np.load(allow_pickle=False)``; ``noise_std`` is a ``(K,)`` array.
+        """
         state = super().state_dict()
         state.update(self._config())
         for name in self._ARRAYS:
             state[name] = getattr(self, "_" + name).copy()
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`; everything is checked before anything changes.
+    def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Check a :meth:`state_dict` (also as ``np.load`` returns it, or as saved before
+        the flat layout), changing nothing.
 
         Raises
         ------
         ValueError
-            On a missing key, a configuration that differs from this policy's, or an array
-            of the wrong shape or dtype.
+            On a missing key, a configuration that differs from this policy's, an array of
+            the wrong shape or dtype or with non-finite entries, negative counts, counts
+            that do not add up to ``t`` in every trial, or an invalid generator state.
         """
         mine = self._config()
-        missing = [k for k in ("t", "rng", *mine, *self._ARRAYS) if k not in state]
+        missing = [k for k in (*mine, *self._ARRAYS) if k not in state]
         if missing:
             raise ValueError(f"state is missing keys {missing}")
         for key, value in mine.items():
-            if state[key] != value:
+            if not same_value(state[key], value):
                 raise ValueError(
                     f"state[{key!r}] = {state[key]!r} does not match this policy's {value!r}"
                 )
+        checked = super().validate_state_dict(state)
         arrays = {}
         for name in self._ARRAYS:
             current = getattr(self, "_" + name)
@@ -585,17 +738,24 @@ class EnsembleSampling(PolicyBase):
                     f"state[{name!r}] must be a {current.dtype} array of shape "
                     f"{current.shape}, got {arr.dtype} array of shape {arr.shape}"
                 )
+            if arr.dtype.kind == "f":
+                check_finite(arr, f"state[{name!r}]")
             arrays[name] = np.array(arr, copy=True)
-        t = state["t"]
-        if isinstance(t, bool) or not isinstance(t, int | np.integer) or t < 0:
-            raise ValueError(f"state['t'] must be a non-negative integer, got {t!r}")
-        probe = np.random.default_rng()
-        try:
-            probe.bit_generator.state = state["rng"]
-        except (TypeError, ValueError, KeyError) as exc:
-            raise ValueError(f"state['rng'] is not a valid generator state: {exc}") from None
-        super().load_state_dict(state)
-        for name, arr in arrays.items():
+        counts = arrays["counts"]
+        bad = (counts < 0).any(axis=1) | (counts.sum(axis=1) != checked["t"])
+        if bad.any():
+            b = int(np.argmax(bad))
+            raise ValueError(
+                f"state['counts'] must be non-negative and add up to state['t'] = "
+                f"{checked['t']} in every trial (one pull per round), got {counts[b].tolist()} "
+                f"in trial {b}"
+            )
+        checked["arrays"] = arrays
+        return checked
+
+    def _apply_state(self, checked: dict[str, Any]) -> None:
+        super()._apply_state(checked)
+        for name, arr in checked["arrays"].items():
             setattr(self, "_" + name, arr)
 
     def __repr__(self) -> str:

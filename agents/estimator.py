@@ -20,6 +20,13 @@ Implementation notes
   :meth:`LowRankSGD.initialize`); since the other arms did not move this is the same as
   balancing at the start of the next update, and it keeps ``D`` (the singular values of
   ``M_hat_a``) at hand for :meth:`LowRankSGD.subspaces`.
+* A step is computed in full before anything is written (:meth:`LowRankSGD.propose_step`,
+  then :meth:`LowRankSGD.commit_step`), so a step that fails a check leaves the estimator
+  as it was, and a stack of inference wrappers can prepare every layer's step before it
+  commits any.
+* Divergence guard: a step whose new estimate has a singular value above
+  :attr:`LowRankSGD.max_singular_value` raises ``FloatingPointError`` instead of being
+  taken (see the class notes for the bound and why).
 * The machinery lives beside this module: :mod:`agents.balancing` (Lemma 2.1),
   :mod:`agents.product_cache` (the products ``X V_a`` and ``Xᵀ U_a`` that a round's
   prediction, the inference wrappers' snapshot and the step share) and
@@ -33,8 +40,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from agents.balancing import balance
+from agents.balancing import DIVERGED, balance
 from agents.product_cache import ProductCache
+from agents.state import plain, read_bool, read_int, same_value
 from lrbandit_gym import engine
 from lrbandit_gym.validation import (
     check_actions,
@@ -47,7 +55,11 @@ from lrbandit_gym.validation import (
     check_rewards,
 )
 
-__all__ = ["LowRankSGD", "PulledArms"]
+__all__ = ["DIVERGENCE_FACTOR", "LowRankSGD", "ProposedStep", "PulledArms"]
+
+#: Default divergence bound of :class:`LowRankSGD`, relative to the scale at initialisation:
+#: ``max_singular_value = DIVERGENCE_FACTOR * max(1, largest initial singular value)``.
+DIVERGENCE_FACTOR = 1e6
 
 _CONTEXTS = ("gaussian", "completion")
 _PROPENSITIES = ("known", "unknown")
@@ -90,6 +102,38 @@ class PulledArms(NamedTuple):
     sv: np.ndarray
 
 
+class ProposedStep(NamedTuple):
+    """One step of eq. (8), computed but not written (:meth:`LowRankSGD.propose_step`).
+
+    :meth:`LowRankSGD.commit_step` writes it.  ``B`` is the batch size (1 unbatched).
+
+    Attributes
+    ----------
+    actions : ndarray of int64, shape (B,)
+        The pulled arms.
+    residuals : ndarray of shape (B,)
+        ``y_t - <M_hat_{a_t, t-1}, X_t>`` before the step.
+    U : ndarray of shape (B, d1, r)
+        The pulled arms' new balanced ``U`` factors.
+    V : ndarray of shape (B, d2, r)
+        The pulled arms' new balanced ``V`` factors.
+    sv : ndarray of shape (B, r)
+        Their singular values (decreasing).
+    version : int
+        :attr:`LowRankSGD.version` of the estimator when the step was proposed.
+    owner : int
+        ``id()`` of the estimator that proposed it.
+    """
+
+    actions: np.ndarray
+    residuals: np.ndarray
+    U: np.ndarray
+    V: np.ndarray
+    sv: np.ndarray
+    version: int
+    owner: int
+
+
 class LowRankSGD:
     """Inverse-propensity weighted low-rank SGD for K reward matrices (Algorithm 1).
 
@@ -129,6 +173,11 @@ class LowRankSGD:
         "known": weight by ``1/pi_t(a_t)`` and index the step by the round ``t``
         (Algorithm 1).  "unknown": no weight, step indexed by the arm's update count
         (Algorithm 4).
+    max_singular_value : float, optional
+        Divergence guard: a step whose new estimate has a singular value above this bound
+        raises ``FloatingPointError`` and is not taken.  Default: set at
+        :meth:`initialize`, per trial, to ``DIVERGENCE_FACTOR * max(1, s_max)`` with
+        ``s_max`` the largest singular value of the trial's initial estimates (see Notes).
 
     Attributes
     ----------
@@ -136,9 +185,23 @@ class LowRankSGD:
         Context scale multiplying every gradient.
     t : int
         Rounds absorbed since :meth:`initialize`.
+    max_singular_value_setting : float or None
+        The ``max_singular_value`` given to the constructor (None: the default rule).
 
     Notes
     -----
+    *Divergence guard.*  When the step size is too large for the scale of the contexts and
+    rewards, eq. (8) overshoots and the factors grow geometrically; they stay finite for
+    many rounds (up to ~1e150) while predictions and the inference built on them are
+    already meaningless.  A consistent run keeps every estimate within a small multiple of
+    its truth, and a warm-started one starts close to it, so an estimate a million times
+    larger than the initial scale (:data:`DIVERGENCE_FACTOR`; the floor 1 covers zero or
+    tiny starts) only arises from a diverging iteration.  In the paper's studies the
+    estimates stay within the noise level of their truth (singular values 1, or 15 in the
+    value study), six orders of magnitude below the bound.  Problems whose estimates
+    legitimately grow that much from their start (say, a start at zero for rewards of
+    order 1e7) pass ``max_singular_value`` explicitly.
+
     The estimator must be initialised (:meth:`initialize`, eq. (10)) before use, e.g. from
     :func:`agents.warm_start.nuclear_norm_fit`.  A rank-deficient start (``M_init`` with
     fewer than ``r`` non-zero singular values) cannot grow the missing directions: zero is
@@ -149,6 +212,9 @@ class LowRankSGD:
     :meth:`pulled` and :meth:`step_validated` share its products (keyed by the context's
     :meth:`fingerprint`); :attr:`arm_versions`, :attr:`batched_factors` and
     :meth:`arm_factors` read the state without copying all of it.
+    :meth:`propose_step` and :meth:`commit_step` split a step into its arithmetic (every
+    check included) and its write, so that several estimators can be stepped together or
+    not at all.
 
     Examples
     --------
@@ -174,6 +240,7 @@ class LowRankSGD:
         step_offset: float = 300,
         step_decay: float = 0.99,
         propensities: str = "known",
+        max_singular_value: float | None = None,
     ) -> None:
         self.d1 = check_positive_int(d1, "d1")
         self.d2 = check_positive_int(d2, "d2")
@@ -189,6 +256,11 @@ class LowRankSGD:
         self.step_offset = check_positive_float(step_offset, "step_offset")
         self.step_decay = check_positive_float(step_decay, "step_decay")
         self.propensities = check_choice(propensities, "propensities", _PROPENSITIES)
+        self.max_singular_value_setting = (
+            None
+            if max_singular_value is None
+            else check_positive_float(max_singular_value, "max_singular_value")
+        )
         self.c = float(self.d1 * self.d2) if self.context == "completion" else 1.0
 
         B = self._B
@@ -207,6 +279,10 @@ class LowRankSGD:
         self._arm_version = np.zeros((B, K), dtype=np.int64)
         # The V factors side by side, (B, d2, K, r), for the all-arm product of predict().
         self._V_cat = np.zeros((B, self.d2, K, self.rank))
+        # Divergence bound per trial (set by initialize() unless given) and a counter bumped
+        # by every change of the state (propose_step/commit_step compare it).
+        self._sv_bound = np.full(B, self._fixed_bound())
+        self._version = 0
 
     # ------------------------------------------------------------------ basic properties
     @property
@@ -232,6 +308,34 @@ class LowRankSGD:
     def counts(self) -> np.ndarray:
         """Per-arm update counts ``s_a``, shape ``(K,)`` or ``(B, K)`` (a copy)."""
         return self._out(self._counts.copy())
+
+    @property
+    def version(self) -> int:
+        """Counter bumped by every change of the state (steps, :meth:`initialize`,
+        :meth:`load_state_dict`): a :class:`ProposedStep` made at another version is
+        refused by :meth:`commit_step`."""
+        return self._version
+
+    @property
+    def max_singular_value(self) -> float | np.ndarray:
+        """The divergence bound in force: a float, or ``(B,)`` per trial when batched.
+
+        ``inf`` before :meth:`initialize` unless ``max_singular_value`` was given.
+        """
+        bound = self._sv_bound.copy()
+        return float(bound[0]) if self.n_trials is None else bound
+
+    def _fixed_bound(self) -> float:
+        """The bound before initialisation: the given one, or none (inf)."""
+        setting = self.max_singular_value_setting
+        return np.inf if setting is None else setting
+
+    def _bound_for(self, sv: np.ndarray) -> np.ndarray:
+        """The per-trial bound for singular values ``sv`` (B, K, r) of a start."""
+        if self.max_singular_value_setting is not None:
+            return np.full(self._B, self.max_singular_value_setting)
+        top = sv[..., 0].max(axis=-1) if sv.size else np.zeros(self._B)
+        return DIVERGENCE_FACTOR * np.maximum(1.0, top)
 
     def step_size(self, t: Any) -> Any:
         """Step size ``eta_t = step_scale * max(t, step_offset) ** (-step_decay)``.
@@ -277,10 +381,12 @@ class LowRankSGD:
             Initial estimates (need not have rank r: they are truncated).  In batched mode
             a ``(K, d1, d2)`` array is used for every trial.
 
+        Also sets the divergence bound :attr:`max_singular_value` (unless it was given).
+
         Raises
         ------
         ValueError
-            If ``M_init`` has the wrong shape or non-finite entries.
+            If ``M_init`` has the wrong shape or non-finite entries (nothing changes then).
         """
         K, d1, d2 = self.n_actions, self.d1, self.d2
         try:
@@ -312,6 +418,7 @@ class LowRankSGD:
         self._counts = np.zeros((self._B, K), dtype=np.int64)
         self._t = 0
         self._initialized = True
+        self._sv_bound = self._bound_for(self._sv)
         self._factors_changed()
 
     # ------------------------------------------------------------------ the update
@@ -343,6 +450,9 @@ class LowRankSGD:
         ------
         ValueError
             On invalid input; raised before any state changes.
+        FloatingPointError
+            If the step diverges (non-finite factors, or a singular value above
+            :attr:`max_singular_value`); the state is then unchanged.
         RuntimeError
             If the estimator has not been initialised.
         """
@@ -477,6 +587,8 @@ class LowRankSGD:
     ) -> np.ndarray:
         """:meth:`update` on validated arrays in the batched layout: one step of eq. (8).
 
+        :meth:`propose_step` then :meth:`commit_step`.
+
         Parameters
         ----------
         Xb : ndarray of shape (B, d1, d2)
@@ -499,8 +611,8 @@ class LowRankSGD:
         Raises
         ------
         FloatingPointError
-            If the step produced non-finite factors (the iteration diverged); the state is
-            then unchanged.
+            If the step diverges (non-finite factors, or a singular value above
+            :attr:`max_singular_value`); the state is then unchanged.
 
         Notes
         -----
@@ -509,22 +621,173 @@ class LowRankSGD:
         :func:`agents.product_cache.context_products` for one large context); the
         unbatched API only swaps the fancy-indexed gather/scatter for basic indexing.
         """
+        return self.commit_step(self.propose_step(Xb, actions, rewards, propensities, fingerprint))
+
+    def propose_step(
+        self,
+        Xb: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        propensities: np.ndarray | None,
+        fingerprint: np.ndarray | None = None,
+    ) -> ProposedStep:
+        """Compute one step of eq. (8) and run every check on it, without writing anything.
+
+        The arithmetic of :meth:`step_validated` up to the write: the residuals, the
+        weighted SGD step, the balancing of Lemma 2.1 and the divergence checks.  Nothing
+        of the estimator changes (the round's context products are cached, as for
+        :meth:`predict_validated`); :meth:`commit_step` writes the result.
+
+        Parameters
+        ----------
+        Xb, actions, rewards, propensities, fingerprint
+            As in :meth:`step_validated` (validated arrays in the batched layout).
+
+        Returns
+        -------
+        ProposedStep
+            The new factors of the pulled arms, the residuals and the version of the state
+            they were computed from.
+
+        Raises
+        ------
+        FloatingPointError
+            If the step diverges: non-finite factors, or a new largest singular value above
+            :attr:`max_singular_value`.  The message names the trial, arm, reward and
+            residual and the knobs (``step_scale``, the warm start, ``max_singular_value``).
+        RuntimeError
+            If the estimator has not been initialised.
+        """
+        self._require_init("propose_step")
         a, y = actions, rewards
         if self.propensities == "known":  # eta_t c w_t with w_t = 1 / pi_t(a_t)
             coef = (self._eta(self._t + 1) * self.c) / propensities[self._trials, a]
         else:  # Algorithm 4: w_t = 1, eta indexed by the arm's own update count
             coef = self.step_size(self._counts[self._trials, a] + 1) * self.c
-        # The pulled arms' balanced factors and X V, Xᵀ U (not modified in place below).
-        U, V, XV, XtU = self._product_cache.pulled(Xb, a, self._U, self._V, fingerprint)
+        # Overflow (a diverging step, or contexts far outside the estimate's scale) shows
+        # as non-finite factors or a singular value above the bound, both refused below.
+        with np.errstate(over="ignore", invalid="ignore"):
+            # The pulled arms' balanced factors and X V, Xᵀ U (not modified in place below).
+            U, V, XV, XtU = self._product_cache.pulled(Xb, a, self._U, self._V, fingerprint)
+            try:
+                if engine.compiled():
+                    from agents import kernels
+
+                    res, U_new, V_new, sv_new = kernels.propose_pulled(
+                        self._U, self._V, a, y, coef, XV, XtU
+                    )
+                else:
+                    # eq. (8): res = y - <U V^T, X> = y - <U, X V>,
+                    #          U <- U + eta c w res X V,  V <- V + eta c w res X^T U,
+                    # then the balancing of Lemma 2.1, so that the next step starts from
+                    # balanced factors.
+                    n = len(y)
+                    res = y - np.matmul(XV.reshape(n, 1, -1), U.reshape(n, -1, 1))[:, 0, 0]
+                    step = (coef * res)[:, None, None]
+                    U_new, V_new, sv_new = balance(U + step * XV, V + step * XtU)
+            except FloatingPointError:
+                raise FloatingPointError(
+                    DIVERGED + self._step_details(Xb, a, y, XV, U, None) + "; the estimator "
+                    "is unchanged"
+                ) from None
+        over = ~(sv_new[:, 0] <= self._sv_bound)
+        if over.any():
+            b = int(np.argmax(over))
+            how = (
+                "given"
+                if self.max_singular_value_setting is not None
+                else f"{DIVERGENCE_FACTOR:g} x max(1, the largest initial singular value)"
+            )
+            raise FloatingPointError(
+                f"LowRankSGD step would raise the largest singular value of arm {int(a[b])}'s "
+                f"estimate to {sv_new[b, 0]:.3g}, above max_singular_value = "
+                f"{self._sv_bound[b]:.3g} ({how}): the iteration is diverging"
+                f"{self._step_details(Xb, a, y, XV, U, b)}.  Reduce step_scale, start "
+                "closer to the truth (a longer warm start or a better M_init), or raise "
+                "max_singular_value if estimates this large are expected; the estimator is "
+                "unchanged"
+            )
+        return ProposedStep(
+            np.array(a, dtype=np.int64, copy=True),
+            res,
+            U_new,
+            V_new,
+            sv_new,
+            self._version,
+            id(self),
+        )
+
+    def commit_step(self, proposed: ProposedStep) -> np.ndarray:
+        """Write a step computed by :meth:`propose_step` on the current state.
+
+        Cannot fail on a proposal made against the current state: every check ran in
+        :meth:`propose_step`.
+
+        Parameters
+        ----------
+        proposed : ProposedStep
+            From this estimator's :meth:`propose_step`, with no change of the state since.
+
+        Returns
+        -------
+        ndarray of shape (B,)
+            The residuals ``y_t - <M_hat_{a_t, t-1}, X_t>`` before the step.
+
+        Raises
+        ------
+        ValueError
+            If ``proposed`` comes from another estimator or the state changed since it
+            was proposed (another step, :meth:`initialize`, :meth:`load_state_dict`);
+            nothing is written then.
+        """
+        if not isinstance(proposed, ProposedStep) or proposed.owner != id(self):
+            raise ValueError(
+                "proposed must be a ProposedStep from this estimator's propose_step(), got "
+                f"{type(proposed).__name__}"
+            )
+        if proposed.version != self._version:
+            raise ValueError(
+                f"proposed was computed at version {proposed.version} of the estimator, "
+                f"which has changed since (version {self._version}): propose the step again"
+            )
+        a = proposed.actions
         if engine.compiled():
-            return self._step_compiled(a, y, coef, XV, XtU)
-        # eq. (8): res = y - <U V^T, X> = y - <U, X V>,
-        #          U <- U + eta c w res X V,  V <- V + eta c w res X^T U,
-        # then the balancing of Lemma 2.1, so that the next step starts from balanced factors.
-        res = y - np.matmul(XV.reshape(len(y), 1, -1), U.reshape(len(y), -1, 1))[:, 0, 0]
-        step = (coef * res)[:, None, None]
-        self._store_pulled(a, *balance(U + step * XV, V + step * XtU))
-        return res
+            from agents import kernels
+
+            state = (self._U, self._V, self._sv, self._V_cat, self._counts, self._arm_version)
+            kernels.write_pulled(*state, a, proposed.U, proposed.V, proposed.sv)
+            self._t += 1
+            self._product_cache.invalidate()
+        else:
+            self._store_pulled(a, proposed.U, proposed.V, proposed.sv)
+        self._version += 1
+        return proposed.residuals
+
+    def _step_details(
+        self,
+        Xb: np.ndarray,
+        a: np.ndarray,
+        y: np.ndarray,
+        XV: np.ndarray,
+        U: np.ndarray,
+        b: int | None,
+    ) -> str:
+        """The failing round, for the messages of :meth:`propose_step` (failure path only).
+
+        ``b`` is the failing trial, or None to name the trial with the largest residual.
+        """
+        with np.errstate(all="ignore"):
+            n = len(y)
+            res = y - np.matmul(XV.reshape(n, 1, -1), U.reshape(n, -1, 1))[:, 0, 0]
+            if b is None:
+                size = np.where(np.isfinite(res), np.abs(res), np.inf)
+                b = int(np.argmax(size))
+            xmax = float(np.abs(Xb[b]).max())
+        trial = "" if self.n_trials is None else f"trial {b}, "
+        return (
+            f" ({trial}arm {int(a[b])}: reward {float(y[b])!r}, residual {float(res[b]):.3g}, "
+            f"largest |X| entry {xmax:.3g})"
+        )
 
     @property
     def arm_versions(self) -> np.ndarray:
@@ -590,20 +853,10 @@ class LowRankSGD:
         self._product_cache.invalidate()
         self._arm_version[self._trials, a] += 1
 
-    def _step_compiled(self, a, y, coef, XV, XtU) -> np.ndarray:
-        """The rest of :meth:`step_validated` by the numba kernels (engine "numba"): the same
-        arithmetic, one loop over trials (:func:`agents.kernels.step_pulled`)."""
-        from agents import kernels
-
-        state = (self._U, self._V, self._sv, self._V_cat, self._counts, self._arm_version)
-        res = kernels.step_pulled(*state, a, y, coef, XV, XtU)
-        self._t += 1
-        self._product_cache.invalidate()
-        return res
-
     def _factors_changed(self) -> None:
         """Every arm's factors were set (initialize, load_state_dict)."""
         self._product_cache.invalidate()
+        self._version += 1
         self._arm_version += 1
         self._V_cat = np.ascontiguousarray(self._V.transpose(0, 2, 1, 3))
 
@@ -667,13 +920,17 @@ class LowRankSGD:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume, as plain numpy arrays and Python scalars (copies).
 
+        The dict is flat (no ``None``, no nesting), so it round-trips through
+        ``np.savez`` and ``np.load(allow_pickle=False)`` (:mod:`agents.state`).
+
         Returns
         -------
         dict
             Configuration (``d1``, ``d2``, ``rank``, ``n_actions``, ``n_trials`` (``0`` for
             unbatched), ``context``, ``step_scale``, ``step_offset``, ``step_decay``,
             ``propensities``) and state (``U``, ``V``, ``singular_values``, ``counts``,
-            ``t``, ``initialized``), always in the internal batched layout.
+            ``t``, ``initialized``, ``max_singular_value``: the divergence bound per
+            trial), always in the internal batched layout.
         """
         return {
             "d1": self.d1,
@@ -692,16 +949,28 @@ class LowRankSGD:
             "counts": self._counts.copy(),
             "t": int(self._t),
             "initialized": bool(self._initialized),
+            "max_singular_value": self._sv_bound.copy(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` (validated first; a failure changes nothing).
+    def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Check a :meth:`state_dict` against this estimator, changing nothing.
+
+        Accepts what ``np.load`` returns for a saved state (scalars as 0-d arrays) and
+        states saved before ``max_singular_value`` was stored (the bound is then set as
+        :meth:`initialize` would set it from the loaded singular values).
+
+        Returns
+        -------
+        dict
+            The validated state as copies, for :meth:`load_state_dict`.
 
         Raises
         ------
         ValueError
-            If a key is missing, the configuration differs from this object's, or an array
-            has the wrong shape, dtype or non-finite entries.
+            If a key is missing, the configuration differs from this object's, an array has
+            the wrong shape, dtype or non-finite entries, ``t`` or a count is negative, a
+            singular value is negative or out of order, the counts do not add up to ``t``,
+            or an uninitialised state holds factors.
         """
         missing = [
             k
@@ -712,7 +981,7 @@ class LowRankSGD:
             raise ValueError(f"state is missing keys {missing}")
         mine = self.state_dict()
         for key in _CONFIG_KEYS:
-            if state[key] != mine[key]:
+            if not same_value(state[key], mine[key]):
                 raise ValueError(
                     f"state[{key!r}] = {state[key]!r} does not match this estimator's "
                     f"{key} = {mine[key]!r}"
@@ -732,42 +1001,92 @@ class LowRankSGD:
                 )
             check_finite(arr, f"state[{key!r}]")
             arrays[key] = np.array(arr, copy=True)
+        sv = arrays["singular_values"]
+        if (sv < 0).any():
+            raise ValueError(
+                f"state['singular_values'] must be >= 0, got {sv[sv < 0][0]!r} at index "
+                f"{tuple(int(i) for i in np.argwhere(sv < 0)[0])}"
+            )
+        if (np.diff(sv, axis=-1) > 0).any():
+            idx = tuple(int(i) for i in np.argwhere(np.diff(sv, axis=-1) > 0)[0][:2])
+            raise ValueError(
+                "state['singular_values'] must be in decreasing order for every arm, got "
+                f"{sv[idx].tolist()} at (trial, arm) {idx}"
+            )
         counts = np.asarray(state["counts"])
         if counts.shape != (B, K) or counts.dtype.kind not in "iu" or (counts < 0).any():
             raise ValueError(
                 f"state['counts'] must be a non-negative integer array of shape {(B, K)}, "
                 f"got {counts.dtype} array of shape {counts.shape}"
+                + (f" with minimum {counts.min()!r}" if counts.size else "")
             )
-        t = state["t"]
-        if isinstance(t, bool) or not isinstance(t, int | np.integer) or t < 0:
-            raise ValueError(f"state['t'] must be a non-negative integer, got {t!r}")
-        initialized = state["initialized"]
-        if not isinstance(initialized, bool | np.bool_):
-            raise ValueError(f"state['initialized'] must be a bool, got {initialized!r}")
-        self._U = arrays["U"]
-        self._V = arrays["V"]
-        self._sv = arrays["singular_values"]
-        self._counts = counts.astype(np.int64, copy=True)
-        self._t = int(t)
-        self._initialized = bool(initialized)
+        t = read_int(state["t"], "state['t']")
+        initialized = read_bool(state["initialized"], "state['initialized']")
+        if (counts.sum(axis=1) != t).any():
+            b = int(np.argmax(counts.sum(axis=1) != t))
+            raise ValueError(
+                f"state['counts'] must add up to state['t'] = {t} in every trial (one arm "
+                f"moves per round), got {counts[b].tolist()} in trial {b}"
+            )
+        if not initialized and (t != 0 or np.any(arrays["U"]) or np.any(arrays["V"]) or np.any(sv)):
+            raise ValueError(
+                "state['initialized'] is False but the state holds factors or rounds "
+                f"(t = {t}): an uninitialised estimator has t = 0 and zero factors"
+            )
+        if "max_singular_value" in state:
+            bound = np.asarray(state["max_singular_value"])
+            if bound.shape != (B,) or bound.dtype != np.float64 or not (bound > 0).all():
+                raise ValueError(
+                    f"state['max_singular_value'] must be a positive float64 array of shape "
+                    f"{(B,)}, got {bound!r}"
+                )
+            bound = bound.copy()
+        elif initialized:
+            bound = self._bound_for(sv)
+        else:
+            bound = np.full(B, self._fixed_bound())
+        return {
+            "U": arrays["U"],
+            "V": arrays["V"],
+            "singular_values": sv,
+            "counts": counts.astype(np.int64, copy=True),
+            "t": t,
+            "initialized": initialized,
+            "max_singular_value": bound,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`: everything is validated first
+        (:meth:`validate_state_dict`), so a failure changes nothing.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`validate_state_dict`.
+        """
+        checked = self.validate_state_dict(state)
+        self._U = checked["U"]
+        self._V = checked["V"]
+        self._sv = checked["singular_values"]
+        self._counts = checked["counts"]
+        self._t = checked["t"]
+        self._initialized = checked["initialized"]
+        self._sv_bound = checked["max_singular_value"]
         self._factors_changed()
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> LowRankSGD:
         """Build an estimator from a :meth:`state_dict`."""
         try:
-            n_trials = int(state["n_trials"])
+            n_trials = read_int(state["n_trials"], "state['n_trials']")
+            cfg = {k: plain(state[k]) for k in _CONFIG_KEYS if k != "n_trials"}
             est = cls(
-                state["d1"],
-                state["d2"],
-                state["rank"],
-                state["n_actions"],
+                cfg.pop("d1"),
+                cfg.pop("d2"),
+                cfg.pop("rank"),
+                cfg.pop("n_actions"),
                 n_trials=None if n_trials == 0 else n_trials,
-                context=state["context"],
-                step_scale=state["step_scale"],
-                step_offset=state["step_offset"],
-                step_decay=state["step_decay"],
-                propensities=state["propensities"],
+                **cfg,
             )
         except KeyError as exc:
             raise ValueError(f"state is missing key {exc.args[0]!r}") from None

@@ -25,6 +25,10 @@ import numpy as np
 
 __all__ = ["factored_nuclear_norm_fit"]
 
+# Ridge of the unpenalised refit sweeps (and of arms whose penalty is zero): keeps the
+# systems of an arm with few or no rounds non-singular.
+_RIDGE_FLOOR = 1e-10
+
 
 def _ridge_solve(A: list[np.ndarray], w: list[np.ndarray], y: list[np.ndarray], lam: np.ndarray):
     """Every arm's weighted ridge regression of ``y[k]`` on the columns of ``A[k]`` (p, m_k).
@@ -86,6 +90,10 @@ def _fit_trial(
             sigma[k] = np.sqrt((w[k] * (yk[k] - pred) ** 2).sum())
         rate = (np.sqrt(d1) + np.sqrt(d2)) / np.sqrt(np.maximum(n_eff, 1.0))
         lam = penalty_scale * sigma * rate
+        # An arm without rounds (or whose spectral start fits exactly, e.g. all rewards 0)
+        # has sigma = 0 and an all-zero system: the refit's floor keeps it solvable, and
+        # its estimate is then exactly zero.  Every other arm keeps its penalty.
+        lam = np.where(lam > 0, lam, _RIDGE_FLOOR)
 
     def sweep(U, V, lam):
         # U-step: features vec(X_t V_k), ordered (i, s), as the columns of A (d1 r, m_k).
@@ -113,7 +121,7 @@ def _fit_trial(
     # of the tangent-space refit in the proximal-gradient path); 1e-10 keeps the systems
     # non-singular for an arm with too few rounds.
     for _ in range(refit_sweeps):
-        U, V = sweep(U, V, np.full(K, 1e-10))
+        U, V = sweep(U, V, np.full(K, _RIDGE_FLOOR))
     return np.matmul(U, V.swapaxes(-1, -2))
 
 
@@ -157,7 +165,8 @@ def factored_nuclear_norm_fit(
     Returns
     -------
     ndarray (B, K, d1, d2)
-        The fitted ``U Vᵀ`` per trial and arm.
+        The fitted ``U Vᵀ`` per trial and arm; zero for an arm without rounds of positive
+        weight.
     """
     B, n, d1, d2 = X.shape
     K = n_actions

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from agents.base import PolicyBase
+from agents.state import read_int, same_value, sub_state
 from lrbandit_gym.decision import Decision, split_decision
 
 __all__ = ["ForcedExploration"]
@@ -81,6 +82,8 @@ class ForcedExploration:
         return Decision(int(action[0]), probs[0])
 
     def update(self, obs, decision, reward) -> None:
+        """Learn through the wrapped policy (which validates the round and raises before any
+        change), then count the pull."""
         self.policy.update(obs, decision, reward)
         action, _ = split_decision(decision)
         b = np.arange(self.pulls.shape[0])
@@ -88,9 +91,55 @@ class ForcedExploration:
         self.t += 1
 
     def state_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "pulls": self.pulls.copy(), "t": self.t}
+        """Flat state (:mod:`agents.state`): ``t``, ``pulls``, ``p0``, ``beta`` and the
+        wrapped policy's state under ``policy.*``."""
+        state = {f"policy.{k}": v for k, v in self.policy.state_dict().items()}
+        state.update(t=int(self.t), pulls=self.pulls.copy(), p0=self.p0, beta=self.beta)
+        return state
+
+    def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Check a :meth:`state_dict` (flat, or nested as saved before), changing nothing.
+
+        Raises
+        ------
+        ValueError
+            On a missing key, ``p0`` or ``beta`` other than this wrapper's, ``pulls`` of the
+            wrong shape or dtype, negative or not adding up to ``t`` in every trial, or an
+            invalid state of the wrapped policy.
+        """
+        for key in ("t", "pulls"):
+            if key not in state:
+                raise ValueError(f"state is missing key {key!r}")
+        for key in ("p0", "beta"):
+            if key in state and not same_value(state[key], getattr(self, key)):
+                raise ValueError(
+                    f"state[{key!r}] = {state[key]!r} does not match this wrapper's "
+                    f"{getattr(self, key)!r}"
+                )
+        t = read_int(state["t"], "state['t']")
+        pulls = np.asarray(state["pulls"])
+        if pulls.shape != self.pulls.shape or pulls.dtype.kind not in "iu":
+            raise ValueError(
+                f"state['pulls'] must be an integer array of shape {self.pulls.shape}, got "
+                f"{pulls.dtype} array of shape {pulls.shape}"
+            )
+        bad = (pulls < 0).any(axis=1) | (pulls.sum(axis=1) != t)
+        if bad.any():
+            b = int(np.argmax(bad))
+            raise ValueError(
+                f"state['pulls'] must be non-negative and add up to state['t'] = {t} in every "
+                f"trial (one pull per round), got {pulls[b].tolist()} in trial {b}"
+            )
+        inner = sub_state(state, "policy")
+        if inner is None:
+            raise ValueError("state is missing the wrapped policy's state ('policy.*' keys)")
+        self.policy.validate_state_dict(inner)
+        return {"t": t, "pulls": pulls.astype(np.int64, copy=True), "policy": inner}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.pulls[...] = state["pulls"]
-        self.t = int(state["t"])
+        """Restore a :meth:`state_dict`: everything (the wrapped policy's state included)
+        is validated first, so a failure changes nothing."""
+        checked = self.validate_state_dict(state)
+        self.policy.load_state_dict(checked["policy"])  # validated: cannot fail
+        self.pulls = checked["pulls"]
+        self.t = checked["t"]

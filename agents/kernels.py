@@ -1,7 +1,7 @@
 """Compiled (numba) kernels of :class:`agents.estimator.LowRankSGD`'s round (engine "numba").
 
 One loop over trials runs what the numpy engine does with stacked calls
-(:meth:`LowRankSGD.step_validated <agents.estimator.LowRankSGD.step_validated>`,
+(:meth:`LowRankSGD.propose_step <agents.estimator.LowRankSGD.propose_step>`,
 :func:`agents.balancing.balance`): the residual, the weighted SGD step of eq. (8) and the
 balancing of Lemma 2.1 by an ``r x r`` Cholesky factor and a cyclic Jacobi
 eigendecomposition, then the write-back of the pulled arms.  Pairs that the numpy engine
@@ -240,7 +240,7 @@ def sgd_step(U, V, a, y, coef, XV, XtU, U_new, V_new, sv_new, res, status):
 @njit(cache=True)
 def write_pulled(U, V, sv, V_cat, counts, versions, a, U_new, V_new, sv_new):
     """Store the pulled arms' new factors (the scatter of
-    :meth:`LowRankSGD.step_validated <agents.estimator.LowRankSGD.step_validated>`)."""
+    :meth:`LowRankSGD.commit_step <agents.estimator.LowRankSGD.commit_step>`)."""
     for b in range(U.shape[0]):
         k = a[b]
         U[b, k] = U_new[b]
@@ -266,19 +266,27 @@ def predictions(XV, U, preds):
             preds[b, k] = p
 
 
-def step_pulled(U, V, sv, V_cat, counts, versions, a, y, coef, XV, XtU):
-    """The step of :meth:`LowRankSGD.step_validated <agents.estimator.LowRankSGD.step_validated>`
-    for every trial, from the products on: :func:`sgd_step`, then :func:`write_pulled`.
+def propose_pulled(U, V, a, y, coef, XV, XtU):
+    """The arithmetic of
+    :meth:`LowRankSGD.propose_step <agents.estimator.LowRankSGD.propose_step>` for every
+    trial, from the products on: :func:`sgd_step`, nothing written to the state.
 
     Pairs the kernel flags as nearly rank-deficient are balanced by
-    :func:`agents.balancing.balance`, as the numpy engine would.  The state arrays (``U``,
-    ``V``, ``sv``, ``V_cat``, ``counts``, ``versions``) change only after every pair is
-    balanced.  Returns the residuals (B,).
+    :func:`agents.balancing.balance`, as the numpy engine would.
+
+    Returns
+    -------
+    res : ndarray of shape (B,)
+        The residuals.
+    U_new, V_new : ndarray of shapes (B, d1, r) and (B, d2, r)
+        The pulled arms' new balanced factors.
+    sv_new : ndarray of shape (B, r)
+        Their singular values (decreasing).
 
     Raises
     ------
     FloatingPointError
-        If a pair diverged (non-finite factors); the state is then unchanged.
+        If a pair diverged (non-finite factors).
     """
     B, r = len(a), U.shape[-1]
     a = np.ascontiguousarray(a, dtype=np.int64)
@@ -294,6 +302,22 @@ def step_pulled(U, V, sv, V_cat, counts, versions, a, y, coef, XV, XtU):
             raise FloatingPointError(DIVERGED)
         weak = status == WEAK
         U_new[weak], V_new[weak], sv_new[weak] = balance(U_new[weak], V_new[weak])
+    return res, U_new, V_new, sv_new
+
+
+def step_pulled(U, V, sv, V_cat, counts, versions, a, y, coef, XV, XtU):
+    """:func:`propose_pulled`, then :func:`write_pulled`: one whole step.
+
+    The state arrays (``U``, ``V``, ``sv``, ``V_cat``, ``counts``, ``versions``) change
+    only after every pair is balanced.  Returns the residuals (B,).
+
+    Raises
+    ------
+    FloatingPointError
+        If a pair diverged (non-finite factors); the state is then unchanged.
+    """
+    res, U_new, V_new, sv_new = propose_pulled(U, V, a, y, coef, XV, XtU)
     # ---- nothing below raises: the state changes only now ----------------------------
+    a = np.ascontiguousarray(a, dtype=np.int64)
     write_pulled(U, V, sv, V_cat, counts, versions, a, U_new, V_new, sv_new)
     return res

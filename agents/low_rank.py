@@ -3,6 +3,12 @@
 Each keeps one estimator (batched under a vector env), starts with a warm-start phase of
 uniformly random actions whose data are fitted by nuclear-norm penalised least squares
 (eq. (10)), then learns online by Algorithm 1 with the exact propensities it reports.
+
+The warm start is sized from the problem by default
+(:func:`agents.warm_start.default_warm_start_rounds`), refused at construction when its
+buffer would exceed ``max_memory_bytes``, and cannot fail on legitimate data: an arm with
+too few pulls gets a defined start (:func:`agents.warm_start.initial_estimate`, with a
+warning), and a fit that fails numerically leaves the policy as it was before the round.
 """
 
 from __future__ import annotations
@@ -13,9 +19,14 @@ import numpy as np
 
 from agents.base import PolicyBase, sample_actions
 from agents.estimator import LowRankSGD
-from agents.warm_start import DEFAULT_WARM_START_ROUNDS, WarmStartBuffer
+from agents.state import read_int, sub_state
+from agents.warm_start import (
+    WarmStartBuffer,
+    default_warm_start_rounds,
+    warm_start_buffer_bytes,
+)
 from lrbandit_gym.decision import Decision
-from lrbandit_gym.validation import check_propensities
+from lrbandit_gym.validation import check_positive_int, check_propensities
 
 __all__ = ["EpsilonGreedy", "LowRankPolicy", "Softmax"]
 
@@ -29,13 +40,20 @@ class LowRankPolicy(PolicyBase):
         ``MatrixContextBandit-v0`` (single or vector); sizes are read from it.
     rank : int, default 3
         Rank of the estimates.
-    warm_start : int, default ``DEFAULT_WARM_START_ROUNDS``
+    warm_start : int, optional
         Rounds of uniformly random exploration whose data fit ``M_init`` (eq. (10)); ignored
-        when ``M_init`` is given.
+        when ``M_init`` is given.  Default: sized from the problem by
+        :func:`agents.warm_start.default_warm_start_rounds` (2100 rounds at the paper's
+        d = 50, r = 3, K = 2; the paper's own 2000 is
+        :data:`agents.warm_start.DEFAULT_WARM_START_ROUNDS`).
     M_init : array of shape (K, d1, d2) or (B, K, d1, d2), optional
         A user-supplied initial estimate; skips the warm start.
     step_scale, step_offset, step_decay : float
         Step size ``c_η·max(t, t*)^{-α}`` of Algorithm 1 (defaults 0.1, 300, 0.99).
+    max_memory_bytes : int, default 2**31
+        Refuse to build when the warm-start buffer
+        (:func:`agents.warm_start.warm_start_buffer_bytes`: the contexts of every warm-start
+        round of every trial, in float32) would exceed it.
     seed : int or SeedSequence, optional
         Seed of the policy's own generator.
     d1, d2, n_actions, context, n_trials
@@ -47,11 +65,12 @@ class LowRankPolicy(PolicyBase):
         env=None,
         *,
         rank: int = 3,
-        warm_start: int = DEFAULT_WARM_START_ROUNDS,
+        warm_start: int | None = None,
         M_init=None,
         step_scale: float = 0.1,
         step_offset: float = 300,
         step_decay: float = 0.99,
+        max_memory_bytes: int = 2**31,
         seed=None,
         d1: int | None = None,
         d2: int | None = None,
@@ -74,20 +93,38 @@ class LowRankPolicy(PolicyBase):
             step_decay=step_decay,
         )
         self.rank = self.estimator.rank
+        self.max_memory_bytes = check_positive_int(max_memory_bytes, "max_memory_bytes")
         self.warm_start_rounds = 0
         self._buffer = None
         if M_init is not None:
             self.estimator.initialize(M_init)
-        else:
-            if isinstance(warm_start, bool) or int(warm_start) != warm_start or warm_start < 1:
-                raise ValueError(
-                    f"warm_start must be a positive number of rounds (or pass M_init); "
-                    f"got {warm_start!r}"
-                )
-            self.warm_start_rounds = int(warm_start)
-            self._buffer = WarmStartBuffer(
-                self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials
+            return
+        if warm_start is None:
+            rounds = default_warm_start_rounds(
+                self.d1, self.d2, self.rank, self.n_actions, self.context
             )
+        elif isinstance(warm_start, bool) or int(warm_start) != warm_start or warm_start < 1:
+            raise ValueError(
+                f"warm_start must be a positive number of rounds, or None for the rule of "
+                f"agents.warm_start.default_warm_start_rounds (or pass M_init); got "
+                f"{warm_start!r}"
+            )
+        else:
+            rounds = int(warm_start)
+        need = warm_start_buffer_bytes(self.d1, self.d2, rounds, self.n_trials)
+        if need > self.max_memory_bytes:
+            b = 1 if self.n_trials is None else self.n_trials
+            raise ValueError(
+                f"the warm start of {rounds} rounds needs a buffer of {need} bytes "
+                f"({need / 2**20:.0f} MiB: {b} trial(s) x {rounds} rounds x {self.d1}x{self.d2} "
+                f"float32 contexts), above max_memory_bytes = {self.max_memory_bytes}; pass "
+                "a shorter warm start (warm_start=), an initial estimate (M_init=), fewer "
+                "trials per policy, or a larger max_memory_bytes="
+            )
+        self.warm_start_rounds = rounds
+        self._buffer = WarmStartBuffer(
+            self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials
+        )
 
     def _batch(self, obs) -> np.ndarray:
         """Validate an observation through the estimator: ``(B, d1, d2)``, and its
@@ -111,11 +148,19 @@ class LowRankPolicy(PolicyBase):
         """Rounds learned by SGD after the warm start (the ``t`` of ε_t schedules)."""
         return self.estimator.t
 
+    def _predictions(self, x: np.ndarray) -> np.ndarray:
+        """``<M̂_a, X>`` for a validated batched context, checked finite (else
+        ``FloatingPointError``, before anything is drawn)."""
+        with np.errstate(over="ignore", invalid="ignore"):  # checked next
+            preds = self.estimator.predict_validated(x, self._fingerprint)
+        self._check_predictions(preds, x)
+        return preds
+
     def _probs(self, x: np.ndarray) -> np.ndarray:
         if self.in_warm_start:
             return np.full((x.shape[0], self.n_actions), 1.0 / self.n_actions)
         # x is validated (B, d1, d2) (B = 1 unbatched), the estimator's internal layout.
-        return self._greedy_probs(self.estimator.predict_validated(x, self._fingerprint))
+        return self._greedy_probs(self._predictions(x))
 
     def _greedy_probs(self, preds: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -128,32 +173,109 @@ class LowRankPolicy(PolicyBase):
         b = self.n_trials
         props = check_propensities(props if b is not None else props[0], actions, self.n_actions, b)
         if self.in_warm_start:
-            # x, actions and rewards were validated by update(); weights are 1 (uniform).
-            self._buffer.add_validated(x, actions, rewards, 1.0)
-            if self._buffer.full:
-                self.estimator.initialize(self._buffer.fit(context=self.context, rank=self.rank))
-                self._buffer.release()  # the bounded buffer is only needed once
-                self._buffer = None
+            self._absorb_warm_start_round(x, actions, rewards)
             return
         # Everything is validated, in the estimator's batched layout (B = 1 unbatched).
+        # The step raises FloatingPointError before writing anything if it diverges.
         self.estimator.step_validated(x, actions, rewards, props, self._fingerprint)
 
+    def _absorb_warm_start_round(self, x, actions, rewards) -> None:
+        """Store a warm-start round; the last one fits ``M_init`` and initialises the SGD.
+
+        If that fit fails, the round is taken back out of the buffer and the error raised:
+        the policy is as it was before the round.
+        """
+        buf = self._buffer
+        # x, actions and rewards were validated by update(); weights are 1 (uniform).
+        buf.add_validated(x, actions, rewards, 1.0)
+        if not buf.full:
+            return
+        try:
+            self.estimator.initialize(buf.initial_estimate(rank=self.rank, context=self.context))
+        except BaseException as exc:
+            buf.discard_last()
+            if isinstance(exc, FloatingPointError):
+                raise FloatingPointError(
+                    f"{exc}.  The round that completed the warm start was not absorbed (the "
+                    f"buffer keeps its {buf.n} earlier rounds)"
+                ) from exc
+            raise
+        buf.release()  # the bounded buffer is only needed once
+        self._buffer = None
+
     def state_dict(self) -> dict[str, Any]:
+        """The flat state (:mod:`agents.state`): ``t``, the generator, ``warm_start_rounds``,
+        the estimator's state under ``estimator.*`` and, during the warm start, the
+        buffer's under ``buffer.*``."""
         state = super().state_dict()
-        state["estimator"] = self.estimator.state_dict()
-        state["buffer"] = None if self._buffer is None else self._buffer.state_dict()
+        state["warm_start_rounds"] = int(self.warm_start_rounds)
+        state.update({f"estimator.{k}": v for k, v in self.estimator.state_dict().items()})
+        if self._buffer is not None:
+            state.update({f"buffer.{k}": v for k, v in self._buffer.state_dict().items()})
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.estimator.load_state_dict(state["estimator"])
-        if state["buffer"] is None:
-            self._buffer = None
-        else:
-            self._buffer = WarmStartBuffer(
+    def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Check a :meth:`state_dict` (flat, or nested as saved before), changing nothing.
+
+        Besides the parts' own checks: the warm-start length must be this policy's, a
+        state in the warm start holds a buffer of ``t`` rounds and an uninitialised
+        estimator, and a state after it an initialised estimator that has absorbed
+        ``t - warm_start_rounds`` rounds.
+
+        Raises
+        ------
+        ValueError
+            On any invalid or inconsistent entry.
+        """
+        checked = super().validate_state_dict(state)
+        est_state = sub_state(state, "estimator")
+        if est_state is None:
+            raise ValueError("state is missing the estimator's state ('estimator.*' keys)")
+        est = self.estimator.validate_state_dict(est_state)
+        t = checked["t"]
+        if "warm_start_rounds" in state:
+            rounds = read_int(state["warm_start_rounds"], "state['warm_start_rounds']")
+            if rounds != self.warm_start_rounds:
+                raise ValueError(
+                    f"state['warm_start_rounds'] = {rounds} does not match this policy's "
+                    f"warm start of {self.warm_start_rounds} rounds (build it with "
+                    + (f"warm_start={rounds})" if rounds else "M_init=)")
+                )
+        buf_state = sub_state(state, "buffer")
+        buffer = None
+        if buf_state is not None:
+            if self.warm_start_rounds == 0:
+                raise ValueError(
+                    "state holds a warm-start buffer but this policy has no warm start "
+                    "(it was built with M_init)"
+                )
+            buffer = WarmStartBuffer(
                 self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials
             )
-            self._buffer.load_state_dict(state["buffer"])
+            buffer.load_state_dict(buf_state)
+            if est["initialized"] or buffer.n != t:
+                raise ValueError(
+                    f"inconsistent state: in the warm start the buffer must hold t = {t} "
+                    f"rounds (it holds {buffer.n}) and the estimator must be uninitialised "
+                    f"(initialized = {est['initialized']})"
+                )
+        elif not est["initialized"] or est["t"] != t - self.warm_start_rounds:
+            raise ValueError(
+                f"inconsistent state: after a warm start of {self.warm_start_rounds} rounds "
+                f"the estimator must be initialised with t - {self.warm_start_rounds} = "
+                f"{t - self.warm_start_rounds} rounds absorbed; it has initialized = "
+                f"{est['initialized']}, t = {est['t']} (and no warm-start buffer is stored)"
+            )
+        checked["estimator"] = est_state
+        checked["buffer"] = buffer
+        return checked
+
+    def _apply_state(self, checked: dict[str, Any]) -> None:
+        super()._apply_state(checked)
+        self.estimator.load_state_dict(checked["estimator"])  # validated: cannot fail
+        if self._buffer is not None and self._buffer is not checked["buffer"]:
+            self._buffer.release()
+        self._buffer = checked["buffer"]
 
 
 def _greedy_mask(preds: np.ndarray) -> np.ndarray:
@@ -176,7 +298,7 @@ class EpsilonGreedy(LowRankPolicy):
         Exploration probability ``ε`` (or ``p0`` with ``decay``), in (0, 1].
     decay : float, default 0.0
         ``β`` of ``ε_t = epsilon·t^{-β}``; 0 keeps ε constant.
-    rank, warm_start, M_init, step_scale, step_offset, step_decay, seed
+    rank, warm_start, M_init, step_scale, step_offset, step_decay, max_memory_bytes, seed
         As in :class:`LowRankPolicy`.
     d1, d2, n_actions, context, n_trials
         Sizes for streams without an environment.
@@ -189,11 +311,12 @@ class EpsilonGreedy(LowRankPolicy):
         epsilon: float = 0.1,
         decay: float = 0.0,
         rank: int = 3,
-        warm_start: int = DEFAULT_WARM_START_ROUNDS,
+        warm_start: int | None = None,
         M_init=None,
         step_scale: float = 0.1,
         step_offset: float = 300,
         step_decay: float = 0.99,
+        max_memory_bytes: int = 2**31,
         seed=None,
         d1: int | None = None,
         d2: int | None = None,
@@ -216,6 +339,7 @@ class EpsilonGreedy(LowRankPolicy):
             step_scale=step_scale,
             step_offset=step_offset,
             step_decay=step_decay,
+            max_memory_bytes=max_memory_bytes,
             seed=seed,
             d1=d1,
             d2=d2,
@@ -248,7 +372,7 @@ class EpsilonGreedy(LowRankPolicy):
             actions = self.rng.integers(0, self.n_actions, size=b)
             explored = np.ones(b, dtype=bool)
         else:
-            preds = self.estimator.predict_validated(x, self._fingerprint)  # x: validated by _batch
+            preds = self._predictions(x)  # x: validated by _batch; raises before any draw
             eps = self.epsilon_at(self.online_rounds + 1)
             mask = _greedy_mask(preds)
             probs = (1.0 - eps) * mask / mask.sum(axis=-1, keepdims=True) + eps / self.n_actions
@@ -271,7 +395,7 @@ class Softmax(LowRankPolicy):
         ``MatrixContextBandit-v0`` (single or vector); sizes are read from it.
     temperature : float, default 1.0
         ``τ > 0``.
-    rank, warm_start, M_init, step_scale, step_offset, step_decay, seed
+    rank, warm_start, M_init, step_scale, step_offset, step_decay, max_memory_bytes, seed
         As in :class:`LowRankPolicy`.
     d1, d2, n_actions, context, n_trials
         Sizes for streams without an environment.
@@ -283,11 +407,12 @@ class Softmax(LowRankPolicy):
         *,
         temperature: float = 1.0,
         rank: int = 3,
-        warm_start: int = DEFAULT_WARM_START_ROUNDS,
+        warm_start: int | None = None,
         M_init=None,
         step_scale: float = 0.1,
         step_offset: float = 300,
         step_decay: float = 0.99,
+        max_memory_bytes: int = 2**31,
         seed=None,
         d1: int | None = None,
         d2: int | None = None,
@@ -306,6 +431,7 @@ class Softmax(LowRankPolicy):
             step_scale=step_scale,
             step_offset=step_offset,
             step_decay=step_decay,
+            max_memory_bytes=max_memory_bytes,
             seed=seed,
             d1=d1,
             d2=d2,

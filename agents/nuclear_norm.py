@@ -273,20 +273,13 @@ def proximal_fit(
     Inputs are validated by :func:`agents.warm_start.nuclear_norm_fit` (whose module
     docstring gives the penalty rule and the refit): ``X`` (B, n, d1, d2), ``actions``,
     ``rewards`` and ``weights`` (B, n), ``penalty`` and ``noise_std`` (B, K) or None.
-    ``batched`` False drops the trial axis of the result.
+    ``batched`` False drops the trial axis of the result.  An arm without a round of
+    positive weight gets a zero estimate.
     """
     B, n, d1, d2 = X.shape
     K = n_actions
     design = WeightedDesign(X, actions, rewards, weights, K)
-    empty = design.total <= 0
-    if empty.any():
-        b, k = (int(i) for i in np.argwhere(empty)[0])
-        where = f" in trial {b}" if batched else ""
-        warnings.warn(
-            f"arm {k} has no rounds with positive weight{where}; its estimate is zero",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    empty = design.total <= 0  # zero estimates (nuclear_norm_fit warns about them)
     rng = np.random.default_rng(seed)
     L = design.lipschitz(context, rng)
     scale = design.noise_scale(rng)

@@ -25,6 +25,7 @@ from inference.wrappers import (  # noqa: E402
 
 __all__ = [
     "ExplorationOnlyInference",
+    "InferenceCallback",
     "InsufficientDataWarning",
     "IntervalEstimate",
     "LinearFormInference",
@@ -34,3 +35,13 @@ __all__ = [
     "VectorParameterInference",
     "VectorValueInference",
 ]
+
+
+def __getattr__(name):
+    # InferenceCallback subclasses stable-baselines3's BaseCallback: imported on first use,
+    # so that importing inference needs neither stable-baselines3 nor torch.
+    if name == "InferenceCallback":
+        from inference.sb3_callback import InferenceCallback
+
+        return InferenceCallback
+    raise AttributeError(f"module 'inference' has no attribute {name!r}")

@@ -22,12 +22,20 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorRewardWrapper
 
 from agents.base import problem_shape
 from agents.estimator import LowRankSGD
-from agents.warm_start import DEFAULT_WARM_START_ROUNDS, WarmStartBuffer
+from agents.warm_start import (
+    WarmStartBuffer,
+    default_warm_start_rounds,
+    warm_start_buffer_bytes,
+)
 from inference.results import InsufficientDataWarning, interval_rows, warn_insufficient
 from lrbandit_gym.decision import split_decision
 from lrbandit_gym.validation import check_propensities
 
 __all__ = ["InferenceWrapperBase"]
+
+# Largest warm-start buffer a wrapper allocates for its own estimator (as the policies'
+# default max_memory_bytes).
+_MAX_BUFFER_BYTES = 2**31
 
 
 _REWARD_WRAPPERS = ("NormalizeReward", "ClipReward", "TransformReward", "VectorizeTransformReward")
@@ -86,12 +94,28 @@ class InferenceWrapperBase:
                 context=self._shape.context,
                 **sgd_kwargs,
             )
-            rounds = DEFAULT_WARM_START_ROUNDS if warm_start is None else warm_start
+            rounds = (
+                default_warm_start_rounds(
+                    self.d1, self.d2, rank, self.n_actions, context=self._shape.context
+                )
+                if warm_start is None
+                else warm_start
+            )
             if isinstance(rounds, bool) or int(rounds) != rounds or rounds < 1:
                 raise ValueError(
                     f"warm_start must be a positive number of rounds; got {warm_start!r}"
                 )
             self.warm_start_rounds = int(rounds)
+            need = warm_start_buffer_bytes(
+                self.d1, self.d2, self.warm_start_rounds, n_trials=self.n_trials
+            )
+            if need > _MAX_BUFFER_BYTES:
+                raise ValueError(
+                    f"the wrapper's own warm start of {self.warm_start_rounds} rounds needs a "
+                    f"buffer of {need / 2**20:.0f} MiB, above {_MAX_BUFFER_BYTES / 2**20:.0f} "
+                    "MiB: share the agent's estimator (estimator=agent.estimator) or pass a "
+                    "shorter warm_start="
+                )
             self._buffer = WarmStartBuffer(
                 self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials
             )
@@ -258,13 +282,8 @@ class InferenceWrapperBase:
                 return (lambda: buffer.add_validated(xb, actions, rewards, weights)), _nothing
             # This round completes the warm start: fit with it now.
             buffer.add_validated(xb, actions, rewards, weights)
-            try:
-                M_init = buffer.fit(context=self._shape.context, rank=self.rank)
-                if not np.isfinite(M_init).all():
-                    raise FloatingPointError(
-                        "the wrapper's warm-start fit is not finite: the rewards or contexts "
-                        "are too large for it; rescale them or give a longer warm_start"
-                    )
+            try:  # defined for every arm, even one the logging policy never played
+                M_init = buffer.initial_estimate(rank=self.rank, context=self._shape.context)
             except BaseException:
                 buffer.discard_last()
                 raise

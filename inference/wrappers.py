@@ -233,7 +233,8 @@ class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
     projection : {"tangent", "paper"}, default "tangent"
         ``G_t`` in ``Ŝ²`` (docs/method.md §4); see :class:`inference.LinearFormInference`.
     warm_start : int, optional
-        Rounds of the own estimator's warm start (default ``DEFAULT_WARM_START_ROUNDS``).
+        Rounds of the own estimator's warm start (default: sized from the problem by
+        :func:`agents.warm_start.default_warm_start_rounds`, as the policies' is).
     **sgd_kwargs
         ``step_scale``, ``step_offset``, ``step_decay`` of the own estimator.
 

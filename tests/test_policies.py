@@ -223,7 +223,7 @@ def test_forced_exploration_takes_arms_behind_schedule():
 def test_paper_setting_low_rank_beats_full_rank_linear_peer_on_regret():
     """n = 3000 rounds from scratch each; the warm start's uniform rounds count against the
     low-rank agent.  A 1000-round warm start (error ~0.14) is the regret-minded choice: the
-    default 2000 rounds buy estimation accuracy for inference at the price of ~1000 more
+    paper's 2000 rounds buy estimation accuracy for inference at the price of ~1000 more
     rounds of uniform play (measured: 2034 vs the linear peer's 1645 at n = 3000, while
     1000 rounds give 1178)."""
     regrets = {}

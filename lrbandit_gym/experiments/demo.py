@@ -29,7 +29,7 @@ def run_demo(
     import gymnasium as gym
 
     import lrbandit_gym  # noqa: F401
-    from agents import DEFAULT_WARM_START_ROUNDS, EpsilonGreedy
+    from agents import EpsilonGreedy
     from lrbandit_gym.validation import check_positive_int
 
     rounds = check_positive_int(rounds, "rounds")
@@ -49,7 +49,7 @@ def run_demo(
     print(
         f"MatrixContextBandit-v0: d1={base.d1}, d2={base.d2}, rank={base.rank}, "
         f"K={base.n_actions}, sigma={base.noise_std[0]}; epsilon-greedy (0.1) low-rank SGD "
-        f"agent, warm start {DEFAULT_WARM_START_ROUNDS} uniform rounds, then {rounds} "
+        f"agent, warm start {agent.warm_start_rounds} uniform rounds, then {rounds} "
         f"online rounds watched by ParameterInference and ValueInference",
         file=stream,
     )

@@ -124,7 +124,7 @@ def run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]
 
 
 def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]:
-    from agents import EpsilonGreedy
+    from agents import DEFAULT_WARM_START_ROUNDS, EpsilonGreedy
     from inference import (
         ExplorationOnlyInference,
         LinearFormInference,
@@ -135,7 +135,9 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     env_seed, agent_seed = ss.spawn(2)
     venv = make_study_env(config, n_trials)
-    agent_kwargs = {} if config.warm_start is None else {"warm_start": config.warm_start}
+    # The paper's warm start (2000 rounds) unless the study sets one: never the agents'
+    # problem-sized default, so the studies' numbers do not depend on it.
+    warm = DEFAULT_WARM_START_ROUNDS if config.warm_start is None else config.warm_start
     agent = EpsilonGreedy(
         venv,
         step_scale=config.step_scale,
@@ -143,7 +145,9 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
         epsilon=config.epsilon,
         decay=config.epsilon_decay,
         seed=agent_seed,
-        **agent_kwargs,
+        warm_start=warm,
+        # the chunk's warm-start buffer is sized on purpose (see single_threaded_blas)
+        max_memory_bytes=max(2**31, n_trials * warm * (config.d1 * config.d2 + 64) * 8),
     )
     env = venv
     targets = _make_targets(config)

@@ -1,0 +1,228 @@
+"""Saving and restoring the agents' state as flat dicts of numpy arrays and scalars.
+
+Every ``state_dict()`` of :mod:`agents` is *flat*: its keys are strings, its values numpy
+arrays, Python scalars or strings, never ``None``, nested dicts or Python objects.  So a
+state round-trips through ``np.savez(path, **state)`` and
+``dict(np.load(path, allow_pickle=False))`` (and through :func:`save_state` /
+:func:`load_state`, which do exactly that); scalars then come back as 0-d arrays, which
+every ``load_state_dict`` accepts.
+
+Key scheme
+----------
+* A component's own state is stored under its plain keys (``"t"``, ``"U"``, ...).
+* The state of a part is stored under ``"<part>.<key>"``: ``"estimator.U"`` for the
+  :class:`~agents.estimator.LowRankSGD` of a low-rank policy, ``"buffer.X"`` for its
+  warm-start buffer (absent once the warm start is over), ``"policy.<key>"`` for the policy
+  that :class:`~agents.forced_exploration.ForcedExploration` wraps (so
+  ``"policy.estimator.U"``).  :func:`sub_state` reads a part back.
+* The generator state is ``"rng.bit_generator"`` (its name, ``"PCG64"``) and
+  ``"rng.state"``, a ``uint64`` array of six words: the 128-bit PCG64 ``state`` and
+  ``inc`` as (high, low) word pairs, then ``has_uint32`` and ``uinteger``
+  (:func:`generator_state` and :func:`generator_state_from`).  A 128-bit integer does not
+  fit any numpy integer type, so the plain ``bit_generator.state`` dict cannot be saved
+  without pickling.
+
+States written before this scheme (nested dicts under ``"rng"``, ``"estimator"``,
+``"buffer"``, ``"policy"``; ``None`` for an absent buffer) still load: :func:`sub_state`
+and :func:`generator_state_from` read both layouts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "generator_state",
+    "generator_state_from",
+    "load_state",
+    "plain",
+    "read_bool",
+    "read_float",
+    "read_int",
+    "read_str",
+    "same_value",
+    "save_state",
+    "sub_state",
+]
+
+_MASK64 = (1 << 64) - 1
+_BIT_GENERATOR = "PCG64"
+
+
+def generator_state(rng: np.random.Generator) -> dict[str, Any]:
+    """A generator's state as ``{"rng.bit_generator": str, "rng.state": uint64 array}``.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        A generator on a PCG64 bit generator (what ``np.random.default_rng`` makes).
+
+    Returns
+    -------
+    dict
+        The two keys of the module's key scheme.
+    """
+    st = rng.bit_generator.state
+    if st.get("bit_generator") != _BIT_GENERATOR:
+        raise ValueError(
+            f"only PCG64 generators are saved, got bit generator {st.get('bit_generator')!r}"
+        )
+    inner = st["state"]
+    words = [
+        inner["state"] >> 64,
+        inner["state"] & _MASK64,
+        inner["inc"] >> 64,
+        inner["inc"] & _MASK64,
+        st["has_uint32"],
+        st["uinteger"],
+    ]
+    return {
+        "rng.bit_generator": _BIT_GENERATOR,
+        "rng.state": np.array(words, dtype=np.uint64),
+    }
+
+
+def generator_state_from(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``bit_generator.state`` dict stored in ``state``, checked on a probe generator.
+
+    Reads the flat layout (``"rng.bit_generator"``, ``"rng.state"``) or the old one (the
+    dict itself under ``"rng"``).
+
+    Raises
+    ------
+    ValueError
+        If the keys are missing or do not hold a valid PCG64 state.
+    """
+    if "rng" in state:  # the old layout: bit_generator.state as it is
+        value = state["rng"]
+        if not isinstance(value, Mapping):
+            raise ValueError(f"state['rng'] must be a generator state dict, got {value!r}")
+        out = dict(value)
+    else:
+        missing = [k for k in ("rng.bit_generator", "rng.state") if k not in state]
+        if missing:
+            raise ValueError(f"state is missing keys {missing}")
+        name = read_str(state["rng.bit_generator"], "state['rng.bit_generator']")
+        words = np.asarray(state["rng.state"])
+        if name != _BIT_GENERATOR or words.shape != (6,) or words.dtype != np.uint64:
+            raise ValueError(
+                "state['rng.bit_generator'] must be 'PCG64' and state['rng.state'] a uint64 "
+                f"array of shape (6,), got {name!r} and a {words.dtype} array of shape "
+                f"{words.shape}"
+            )
+        w = [int(v) for v in words.tolist()]
+        out = {
+            "bit_generator": name,
+            "state": {"state": (w[0] << 64) | w[1], "inc": (w[2] << 64) | w[3]},
+            "has_uint32": w[4],
+            "uinteger": w[5],
+        }
+    probe = np.random.default_rng(0)
+    try:
+        probe.bit_generator.state = out
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise ValueError(f"state['rng'] is not a valid PCG64 generator state: {exc}") from None
+    return probe.bit_generator.state
+
+
+def sub_state(state: Mapping[str, Any], part: str) -> dict[str, Any] | None:
+    """The state of ``part`` inside ``state``, or None when it is absent.
+
+    Collects the keys ``"<part>.<key>"`` of the flat layout (stripping the prefix) or
+    returns the nested dict stored under ``part`` (the old layout, where ``None`` stood for
+    an absent part).
+    """
+    if part in state:
+        value = state[part]
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise ValueError(f"state[{part!r}] must be a dict or None, got {type(value).__name__}")
+        return dict(value)
+    prefix = part + "."
+    found = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+    return found or None
+
+
+def plain(value: Any) -> Any:
+    """A 0-d array (what ``np.load`` gives for a saved scalar) as its Python value."""
+    if isinstance(value, np.ndarray) and value.shape == ():
+        return value.item()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def read_int(value: Any, name: str, minimum: int | None = 0) -> int:
+    """An integer state entry (Python, numpy or 0-d array), at least ``minimum``."""
+    v = plain(value)
+    if isinstance(v, bool) or not isinstance(v, int) or (minimum is not None and v < minimum):
+        bound = "" if minimum is None else f" >= {minimum}"
+        raise ValueError(f"{name} must be an integer{bound}, got {value!r}")
+    return v
+
+
+def read_float(value: Any, name: str) -> float:
+    """A real state entry (Python, numpy or 0-d array)."""
+    v = plain(value)
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    return float(v)
+
+
+def read_bool(value: Any, name: str) -> bool:
+    """A boolean state entry (Python, numpy or 0-d array)."""
+    v = plain(value)
+    if not isinstance(v, bool):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
+    return v
+
+
+def read_str(value: Any, name: str) -> str:
+    """A string state entry (Python str or 0-d unicode array)."""
+    v = plain(value)
+    if not isinstance(v, str):
+        raise ValueError(f"{name} must be a string, got {value!r}")
+    return v
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two configuration entries are equal, whatever mix of Python scalars, lists,
+    numpy scalars and (0-d) arrays holds them."""
+    try:
+        x, y = np.asarray(a), np.asarray(b)
+    except (TypeError, ValueError):  # pragma: no cover - ragged input
+        return False
+    if x.shape != y.shape:
+        return False
+    if (x.dtype.kind in "US") != (y.dtype.kind in "US"):
+        return False
+    return bool(np.array_equal(x, y))
+
+
+def save_state(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
+    """``np.savez(path, **state)`` for a flat ``state_dict()``.
+
+    Raises
+    ------
+    ValueError
+        If a value would need pickling (``None``, a dict, an object array): the state is
+        then not in the flat layout of this module.
+    """
+    for key, value in state.items():
+        if value is None or isinstance(value, Mapping) or np.asarray(value).dtype == object:
+            raise ValueError(
+                f"state[{key!r}] is a {type(value).__name__}, which np.savez cannot store "
+                "without pickling; pass a flat state_dict() (see agents.state)"
+            )
+    np.savez(path, **state)
+
+
+def load_state(path: str | os.PathLike) -> dict[str, Any]:
+    """``dict(np.load(path, allow_pickle=False))``: a state saved by :func:`save_state`."""
+    with np.load(path, allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}

@@ -26,26 +26,10 @@ Implementation notes
   ``lambda_u = sigma^2 / sigma_u^2`` (the V-step is the mirror image).  These contractions
   of ``S_xx`` cost ``O((d1 d2)^2 r n_models)`` per sweep, whatever the round ``t``; a round
   runs ``als_sweeps`` sweeps for the pulled arm only.
-* **Memory.**  ``S_xx`` holds ``(d1 d2)^2`` floats per arm and trial: 1.28 MB at
-  d1 = d2 = 20 (the paper's ensemble setting), 50 MB at d1 = d2 = 50.  The constructor
-  estimates the total (statistics plus the round's working arrays, see
-  :func:`ensemble_memory_bytes`) and refuses to build past ``max_memory_bytes``.
-* **Batching.**  Everything is stored with a leading trial axis (``B = 1`` unbatched) and
-  the models are stacked into the same matrix products (no loop over models).  An update
-  is memory-bound: it streams each trial's ``(d1 d2)^2`` statistics a few times.  Trials
-  are therefore absorbed in blocks of about 2 MiB of statistics, vectorised within a
-  block, so that a block stays in cache and updates its statistics in place: one trial
-  per block at d1 = d2 = 20 (one block of 100 trials would spend its time on gathers,
-  scatters and 128 MB temporaries), hundreds of trials per block for small contexts, where
-  Python overhead would dominate instead.
-* **All or nothing.**  A round first computes every block's new statistics and refitted
-  factors without storing them, then stores them all (``EnsembleSampling._absorb``); a
-  round whose statistics would overflow or whose ALS systems are numerically singular
-  (contexts or rewards many orders of magnitude outside the prior's scale) raises
-  ``FloatingPointError`` with the policy, its generator included, as it was.  The
-  statistics' rank-one update is then computed twice, in one pass each with the numba
-  engine (:mod:`agents.ensemble_kernels`), which keeps the round as fast as the single
-  in-place update it replaces.
+* **Statistics, blocks, all or nothing.**  Their memory bound
+  (:func:`ensemble_memory_bytes`), the absorption of trials in cache-sized blocks, the
+  overflow checks that make a round all or nothing, and the state's persistence live in
+  :mod:`agents.ensemble_stats`; this module keeps the refit and the policy.
 * **Prior means.**  The default ``mu_u = mu_v = 0`` is the symmetric choice of eq. (MAP
   obj) (a common non-zero mean would pull every model towards the same arbitrary matrix
   ``mu_u mu_v^T`` and kill early exploration).  Zero is then a stationary point of the
@@ -73,11 +57,22 @@ from typing import Any
 import numpy as np
 
 from agents.base import PolicyBase
-from agents.state import same_value
-from lrbandit_gym import engine
+from agents.ensemble_stats import (
+    STATE_ARRAYS,
+    BlockWorkspace,
+    block_trials,
+    check_arrays,
+    check_config,
+    check_memory,
+    check_overflow,
+    ensemble_config,
+    ensemble_memory_bytes,
+    failure_message,
+    per_arm,
+    prior_mean,
+)
 from lrbandit_gym.validation import (
     check_choice,
-    check_finite,
     check_positive_float,
     check_positive_int,
 )
@@ -85,67 +80,8 @@ from lrbandit_gym.validation import (
 __all__ = ["EnsembleSampling", "als_sweep", "ensemble_memory_bytes"]
 
 _ANCHORS = ("mean", "sample")
-_FLOAT = 8  # bytes per float64
 # Relative product scale below which a warm start is rescaled (see EnsembleSampling._rescue).
 _RESCUE = 1e-6
-# Bytes of statistics per block of trials absorbed together (cache-sized, 1-2 MiB: one trial
-# per block at d1 = d2 = 20, ~25 at d = 10, ~400 at d = 5).
-_BLOCK_BYTES = 2**21
-# Largest diagonal entry of the statistics S accepted after a round: far below overflow, so
-# that the ALS contractions of S with the factors stay finite.
-_STAT_LIMIT = 1e250
-# Largest |entry| of a context or perturbed reward accepted: its square (or product with the
-# other) stays below 1e250, so the statistics' update cannot overflow.
-_ENTRY_LIMIT = 1e125
-
-
-def _kernels():
-    """:mod:`agents.ensemble_kernels`, imported on first use (it needs numba)."""
-    global _KERNELS
-    if _KERNELS is None:
-        from agents import ensemble_kernels
-
-        _KERNELS = ensemble_kernels
-    return _KERNELS
-
-
-_KERNELS = None
-
-
-def _block_trials(d1: int, d2: int, n_trials: int | None) -> int:
-    """Trials per vectorised block of an update (see :meth:`EnsembleSampling._absorb`)."""
-    b = 1 if n_trials is None else int(n_trials)
-    return max(1, min(b, _BLOCK_BYTES // ((d1 * d2) ** 2 * _FLOAT)))
-
-
-def ensemble_memory_bytes(
-    d1: int, d2: int, rank: int, n_actions: int, n_models: int, n_trials: int | None
-) -> int:
-    """Bytes :class:`EnsembleSampling` needs: sufficient statistics plus one round's work.
-
-    Parameters
-    ----------
-    d1, d2, rank, n_actions, n_models : int
-        Problem and ensemble sizes.
-    n_trials : int or None
-        Batch size ``B`` (None counts as 1).
-
-    Returns
-    -------
-    int
-        ``8 * (B [K (d1 d2)^2 + K M d1 d2 + 2 K M (d1 + d2) r]
-        + b [2 (d1 d2)^2 + 2 M r d1 d2 max(d1, d2)])``: per trial the per-arm ``S_xx``, the
-        per-model ``Y^(m)``, the factors and prior means; per block of ``b`` trials updated
-        together the pulled arm's statistics and rank-one update and the two intermediate
-        contractions of an ALS step.  At d1 = d2 = 20, K = 2, M = 10, r = 1 that is
-        2.6 MB per trial; at d1 = d2 = 50, 100 MB per trial.
-    """
-    b = 1 if n_trials is None else int(n_trials)
-    p = d1 * d2
-    per_trial = n_actions * p * p + n_actions * n_models * p
-    per_trial += 2 * n_actions * n_models * (d1 + d2) * rank
-    work = 2 * p * p + 2 * n_models * rank * p * max(d1, d2)
-    return _FLOAT * (b * per_trial + _block_trials(d1, d2, n_trials) * work)
 
 
 def _u_step(S, Y, V, mu, lam):
@@ -241,36 +177,6 @@ def als_sweep(S, Y, U, V, mu_u, mu_v, lam_u, lam_v, n_sweeps: int = 1):
     return U, V
 
 
-def _per_arm(value: Any, name: str, n_actions: int) -> np.ndarray:
-    """A positive scalar or one per arm, as a ``(K,)`` float array."""
-    if np.ndim(value) == 0:
-        return np.full(n_actions, check_positive_float(value, name))
-    arr = np.asarray(value)
-    if arr.shape != (n_actions,):
-        raise ValueError(
-            f"{name} must be a positive scalar or have shape ({n_actions},), got shape {arr.shape}"
-        )
-    return np.array([check_positive_float(v, name) for v in arr.tolist()])
-
-
-def _prior_mean(value: Any, name: str, shape: tuple[int, int, int]) -> np.ndarray:
-    """``None`` (zeros) or an array broadcastable to ``(K, d, r)``, as a float array."""
-    if value is None:
-        return np.zeros(shape)
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real array, got {value!r}") from None
-    try:
-        arr = np.broadcast_to(arr, shape)
-    except ValueError:
-        raise ValueError(
-            f"{name} must broadcast to (n_actions, d, rank) = {shape}, got shape {arr.shape}"
-        ) from None
-    check_finite(arr, name)
-    return np.array(arr)
-
-
 class EnsembleSampling(PolicyBase):
     """Ensemble sampling with per-model MAP refits by ALS (Algorithm 6, eq. (MAP obj)).
 
@@ -278,7 +184,8 @@ class EnsembleSampling(PolicyBase):
     picks a model uniformly at random and plays its greedy arm, so
     ``pi_t(a)`` is the exact fraction of models whose greedy arm at ``X_t`` is ``a``
     (docs/method.md §2).  The per-round cost and memory do not grow with ``t`` (see the module
-    notes): ``O(B K (d1 d2)^2)`` memory and ``O(B M r (d1 d2)^2 als_sweeps)`` time a round.
+    notes and :mod:`agents.ensemble_stats`): ``O(B K (d1 d2)^2)`` memory and
+    ``O(B M r (d1 d2)^2 als_sweeps)`` time a round.
 
     Parameters
     ----------
@@ -306,9 +213,8 @@ class EnsembleSampling(PolicyBase):
         factors; the cost of a round is proportional.  Once an arm has a few hundred pulls
         each round moves its MAP little and one sweep keeps every model within ~1e-3
         (Frobenius) of it; early on the iterates lag the MAP whatever the (small) number of
-        sweeps.  Measured on the paper's setting (d1 = d2 = 20, r = 1, K = 2, 10 trials,
-        300 rounds): cumulative regret 56 / 52 / 50 / 41 with 1 / 2 / 5 / 20 sweeps, the
-        same final estimation error (0.06) and late regret (< 0.01 per round).
+        sweeps: more sweeps lower the early regret somewhat and change neither the final
+        estimation error nor the late regret.
     max_memory_bytes : int, default 2**31
         Refuse to build when :func:`ensemble_memory_bytes` exceeds it.
     seed : int or SeedSequence, optional
@@ -321,8 +227,8 @@ class EnsembleSampling(PolicyBase):
     counts : ndarray
         Pulls per arm, ``(K,)`` or ``(B, K)``.
     block_trials : int
-        Trials updated together in one vectorised block (cache-sized, see the module
-        notes); a pure performance setting.
+        Trials updated together in one vectorised block (cache-sized, see
+        :mod:`agents.ensemble_stats`); a pure performance setting.
 
     Raises
     ------
@@ -373,7 +279,7 @@ class EnsembleSampling(PolicyBase):
         self.n_models = check_positive_int(n_models, "n_models")
         self.prior_std_u = check_positive_float(prior_std_u, "prior_std_u")
         self.prior_std_v = check_positive_float(prior_std_v, "prior_std_v")
-        self.noise_std = _per_arm(noise_std, "noise_std", K)
+        self.noise_std = per_arm(noise_std, "noise_std", K)
         self.perturbation_std = check_positive_float(
             perturbation_std, "perturbation_std", allow_zero=True
         )
@@ -381,18 +287,9 @@ class EnsembleSampling(PolicyBase):
         self.als_sweeps = check_positive_int(als_sweeps, "als_sweeps")
         self.max_memory_bytes = check_positive_int(max_memory_bytes, "max_memory_bytes")
         r, M = self.rank, self.n_models
-        mean_u = _prior_mean(prior_mean_u, "prior_mean_u", (K, d1, r))
-        mean_v = _prior_mean(prior_mean_v, "prior_mean_v", (K, d2, r))
-        need = ensemble_memory_bytes(d1, d2, r, K, M, self.n_trials)
-        if need > self.max_memory_bytes:
-            B = 1 if self.n_trials is None else self.n_trials
-            raise ValueError(
-                f"EnsembleSampling needs about {need / 2**20:.0f} MiB (> max_memory_bytes = "
-                f"{self.max_memory_bytes / 2**20:.0f} MiB): the sufficient statistics hold "
-                f"(d1*d2)^2 = {(d1 * d2) ** 2} floats per arm and trial "
-                f"({(d1 * d2) ** 2 * _FLOAT / 2**20:.1f} MiB) for n_actions={K}, "
-                f"n_trials={B}; use fewer trials per policy or raise max_memory_bytes"
-            )
+        mean_u = prior_mean(prior_mean_u, "prior_mean_u", (K, d1, r))
+        mean_v = prior_mean(prior_mean_v, "prior_mean_v", (K, d2, r))
+        check_memory(d1, d2, r, K, M, self.n_trials, self.max_memory_bytes)
         # lambda = sigma^2 / sigma_u^2 per arm: eq. (MAP obj) multiplied by sigma^2.
         self._lam_u = self.noise_std**2 / self.prior_std_u**2
         self._lam_v = self.noise_std**2 / self.prior_std_v**2
@@ -413,8 +310,18 @@ class EnsembleSampling(PolicyBase):
         self._Y = np.zeros((B, K, M, d1, d2))
         self._counts = np.zeros((B, K), dtype=np.int64)
         self._rows = np.arange(B)
-        self.block_trials = _block_trials(d1, d2, self.n_trials)
-        self._scratch: list[np.ndarray | None] = [None, None]  # see _block_scratch
+        # Scratch of the block updates, kept between rounds (agents.ensemble_stats).
+        self._workspace = BlockWorkspace(p, block_trials(d1, d2, self.n_trials))
+
+    @property
+    def block_trials(self) -> int:
+        """Trials updated together in one vectorised block (cache-sized, see
+        :mod:`agents.ensemble_stats`); a pure performance setting."""
+        return self._workspace.block_trials
+
+    @block_trials.setter
+    def block_trials(self, value: int) -> None:
+        self._workspace.block_trials = value
 
     @property
     def _n_batch(self) -> int:
@@ -523,24 +430,16 @@ class EnsembleSampling(PolicyBase):
         rows = self._rows[sl]
         xf = x.reshape(n, -1)
         one_arm = bool(np.all(actions == actions[0]))
-        # The statistics' rank-one updates must stay finite: S is positive semi-definite,
-        # so its entries are bounded by its largest diagonal entry.
+        # The statistics' rank-one updates must stay finite (S's diagonal bounds S).
         S_diag = np.diagonal(self._S, axis1=-2, axis2=-1)[rows, actions]  # (n, p), a copy
-        x_top = np.abs(xf).max(axis=1)
-        bad = ~((x_top < _ENTRY_LIMIT) & (S_diag.max(axis=1) < _STAT_LIMIT))
-        if bad.any():
-            raise FloatingPointError(self._failure(sl, x, y_tilde, int(np.argmax(bad)), "S"))
         Y_old = self._Y[rows, actions]
-        y_top = np.abs(y_tilde).max(axis=1)
-        bad = ~((y_top < _ENTRY_LIMIT) & (np.abs(Y_old.reshape(n, -1)).max(axis=1) < _STAT_LIMIT))
-        if bad.any():
-            raise FloatingPointError(self._failure(sl, x, y_tilde, int(np.argmax(bad)), "Y"))
+        check_overflow(S_diag, Y_old, xf, x, y_tilde, sl, self.n_trials)
         # ---- the statistics' updates are finite (each term below 1e250) ------------------
         if one_arm:  # S + x x^T into the scratch, the statistics untouched
-            S = self._plus_outer(self._S[sl, actions[0]], xf, self._block_scratch(n))
+            S = self._workspace.plus_outer(self._S[sl, actions[0]], xf, self._workspace.scratch(n))
         else:  # a gathered copy, updated in place
             S = self._S[rows, actions]
-            self._plus_outer(S, xf, S)
+            self._workspace.plus_outer(S, xf, S)
         Y = Y_old + y_tilde[:, :, None, None] * x[:, None]
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite factors: see below
             U, V = self._rescue(self._U[rows, actions], self._V[rows, actions])
@@ -557,40 +456,16 @@ class EnsembleSampling(PolicyBase):
                     self.als_sweeps,
                 )
             except np.linalg.LinAlgError:
-                raise FloatingPointError(self._failure(sl, x, y_tilde, None, "singular")) from None
+                raise FloatingPointError(
+                    failure_message(self.n_trials, sl, x, y_tilde, None, "singular")
+                ) from None
         finite = np.isfinite(U.reshape(n, -1)).all(axis=1) & np.isfinite(V.reshape(n, -1)).all(
             axis=1
         )
         if not finite.all():
             b = int(np.argmin(finite))
-            raise FloatingPointError(self._failure(sl, x, y_tilde, b, "factors"))
+            raise FloatingPointError(failure_message(self.n_trials, sl, x, y_tilde, b, "factors"))
         return U, V
-
-    def _block_scratch(self, n: int, which: int = 0) -> np.ndarray:
-        """Scratch for ``n`` trials' ``(d1 d2)^2`` arrays (n, p, p), kept between rounds (a
-        fresh array would cost the kernel's zeroing of its pages every round): ``which``
-        0 holds a block's new statistics, 1 its rank-one term (numpy engine)."""
-        if self._scratch[which] is None:
-            p = self.d1 * self.d2
-            self._scratch[which] = np.empty((self.block_trials, p, p))
-        return self._scratch[which][:n]
-
-    def _plus_outer(self, S: np.ndarray, xf: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """``out = S + vec(X) vec(X)^T`` for a block (``S``, ``out``: (n, p, p), possibly
-        the same array; ``xf``: (n, p)): the rank-one update of the statistics, the same
-        numbers as ``S + xf[:, :, None] * xf[:, None, :]``.
-
-        The numba engine does it in one pass without a temporary
-        (:func:`agents.ensemble_kernels.add_outer`), which keeps the two passes of
-        :meth:`_absorb` as cheap as the one in-place update they replace; the numpy engine
-        forms the rank-one term in a kept scratch array.
-        """
-        if engine.compiled():
-            _kernels().add_outer(S, xf, out)
-            return out
-        n = xf.shape[0]
-        term = np.multiply(xf[:, :, None], xf[:, None, :], out=self._block_scratch(n, 1))
-        return np.add(S, term, out=out)
 
     def _commit_block(self, sl, x, actions, y_tilde, U, V) -> None:
         """Store a block's statistics and the factors :meth:`_propose_block` computed."""
@@ -601,38 +476,17 @@ class EnsembleSampling(PolicyBase):
             # One arm for the whole block (always so unbatched): update the statistics in
             # place through views instead of gathering and scattering them.
             S = self._S[sl, actions[0]]
-            self._plus_outer(S, xf, S)
+            self._workspace.plus_outer(S, xf, S)
             Y = self._Y[sl, actions[0]]
             Y += y_tilde[:, :, None, None] * x[:, None]
         else:
             S = self._S[rows, actions]
-            self._plus_outer(S, xf, S)
+            self._workspace.plus_outer(S, xf, S)
             self._S[rows, actions] = S
             self._Y[rows, actions] = self._Y[rows, actions] + y_tilde[:, :, None, None] * x[:, None]
         self._counts[rows, actions] += 1
         self._U[rows, actions] = U
         self._V[rows, actions] = V
-
-    def _failure(self, sl, x, y_tilde, b, what) -> str:
-        """The message of a round that cannot be absorbed (trial ``b`` of the block, or
-        None when the block's linear algebra failed as a whole)."""
-        lo = sl.start or 0
-        if b is None:
-            b = int(np.argmax(np.abs(x.reshape(x.shape[0], -1)).max(axis=1)))
-        where = "" if self.n_trials is None else f" in trial {lo + b}"
-        reason = {
-            "S": "the context's sufficient statistics sum_s vec(X_s) vec(X_s)^T would overflow",
-            "Y": "the perturbed rewards' statistics sum_s y~_s X_s would overflow",
-            "singular": "the ALS normal equations of eq. (MAP obj) become numerically singular",
-            "factors": "the refitted factors would be non-finite",
-        }[what]
-        return (
-            f"EnsembleSampling cannot absorb this round{where}: {reason} (obs with largest "
-            f"entry {float(np.abs(x[b]).max()):.3g}, reward {float(y_tilde[b].mean()):.3g}); "
-            "the contexts and rewards are far outside the scale of the prior.  Rescale them "
-            "to order 1, or regularise more (a larger noise_std or smaller prior_std_u, "
-            "prior_std_v); the policy is unchanged (its generator included)"
-        )
 
     def _rescue(self, U: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Restore the prior scale of warm starts that ALS has shrunk to (almost) zero.
@@ -677,25 +531,6 @@ class EnsembleSampling(PolicyBase):
         return self._out(self._counts.copy())
 
     # -- save and resume ------------------------------------------------------------------
-    def _config(self) -> dict[str, Any]:
-        return {
-            "d1": self.d1,
-            "d2": self.d2,
-            "n_actions": self.n_actions,
-            "context": self.context,
-            "n_trials": 0 if self.n_trials is None else self.n_trials,
-            "rank": self.rank,
-            "n_models": self.n_models,
-            "prior_std_u": self.prior_std_u,
-            "prior_std_v": self.prior_std_v,
-            "noise_std": self.noise_std.copy(),
-            "perturbation_std": self.perturbation_std,
-            "prior_anchor": self.prior_anchor,
-            "als_sweeps": self.als_sweeps,
-        }
-
-    _ARRAYS = ("U", "V", "mu_u", "mu_v", "S", "Y", "counts")
-
     def state_dict(self) -> dict[str, Any]:
         """Configuration, generator state and every array (copies), for bit-identical resume.
 
@@ -703,8 +538,8 @@ class EnsembleSampling(PolicyBase):
         ``np.load(allow_pickle=False)``; ``noise_std`` is a ``(K,)`` array.
         """
         state = super().state_dict()
-        state.update(self._config())
-        for name in self._ARRAYS:
+        state.update(ensemble_config(self))
+        for name in STATE_ARRAYS:
             state[name] = getattr(self, "_" + name).copy()
         return state
 
@@ -717,40 +552,14 @@ class EnsembleSampling(PolicyBase):
         ValueError
             On a missing key, a configuration that differs from this policy's, an array of
             the wrong shape or dtype or with non-finite entries, negative counts, counts
-            that do not add up to ``t`` in every trial, or an invalid generator state.
+            that do not add up to ``t`` in every trial, or an invalid generator state
+            (:func:`agents.ensemble_stats.check_config`,
+            :func:`agents.ensemble_stats.check_arrays`).
         """
-        mine = self._config()
-        missing = [k for k in (*mine, *self._ARRAYS) if k not in state]
-        if missing:
-            raise ValueError(f"state is missing keys {missing}")
-        for key, value in mine.items():
-            if not same_value(state[key], value):
-                raise ValueError(
-                    f"state[{key!r}] = {state[key]!r} does not match this policy's {value!r}"
-                )
+        check_config(state, ensemble_config(self))
         checked = super().validate_state_dict(state)
-        arrays = {}
-        for name in self._ARRAYS:
-            current = getattr(self, "_" + name)
-            arr = np.asarray(state[name])
-            if arr.shape != current.shape or arr.dtype != current.dtype:
-                raise ValueError(
-                    f"state[{name!r}] must be a {current.dtype} array of shape "
-                    f"{current.shape}, got {arr.dtype} array of shape {arr.shape}"
-                )
-            if arr.dtype.kind == "f":
-                check_finite(arr, f"state[{name!r}]")
-            arrays[name] = np.array(arr, copy=True)
-        counts = arrays["counts"]
-        bad = (counts < 0).any(axis=1) | (counts.sum(axis=1) != checked["t"])
-        if bad.any():
-            b = int(np.argmax(bad))
-            raise ValueError(
-                f"state['counts'] must be non-negative and add up to state['t'] = "
-                f"{checked['t']} in every trial (one pull per round), got {counts[b].tolist()} "
-                f"in trial {b}"
-            )
-        checked["arrays"] = arrays
+        current = {name: getattr(self, "_" + name) for name in STATE_ARRAYS}
+        checked["arrays"] = check_arrays(state, current, checked["t"])
         return checked
 
     def _apply_state(self, checked: dict[str, Any]) -> None:

@@ -1,0 +1,428 @@
+"""Where :class:`agents.estimator.LowRankSGD` keeps its factors, and the per-round machinery.
+
+The estimator of Algorithm 1 (docs/method.md §3) stores, for every trial ``b`` and arm
+``a``, the balanced factors ``U_a`` (d1 x r) and ``V_a`` (d2 x r) with their singular values
+``D_a``.  :class:`FactorStore`, its base class, owns that storage and everything that reads
+or writes it without being part of the algorithm's arithmetic:
+
+* the batched layout: ``U`` of shape ``(B, K, d1, r)``, ``V`` ``(B, K, d2, r)`` (``B = 1``
+  for the unbatched API), with ``V`` also kept side by side, ``(B, d2, K, r)``, for the
+  all-arm product of a prediction;
+* the round's products with the context (:meth:`FactorStore.check_context`,
+  :meth:`FactorStore.predict_validated`, :meth:`FactorStore.pulled`), computed once by
+  :class:`agents.product_cache.ProductCache` and shared by the policy's prediction, the
+  inference wrappers' snapshot and the step;
+* the counters that tell what changed: the state's :attr:`FactorStore.version` and the
+  per (trial, arm) :attr:`FactorStore.arm_versions`, with read-only views
+  (:attr:`FactorStore.batched_factors`) and gathers (:meth:`FactorStore.arm_factors`) for
+  callers that keep copies;
+* the second half of the two-phase step: :meth:`FactorStore.commit_step` writes a
+  :class:`ProposedStep` computed (and checked) by
+  :meth:`agents.estimator.LowRankSGD.propose_step`, so a failed check leaves the state as
+  it was and a stack of inference wrappers can prepare every layer's step before it
+  commits any.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from agents.product_cache import ProductCache
+from lrbandit_gym import engine
+from lrbandit_gym.validation import check_context_fingerprint
+
+__all__ = ["FactorStore", "ProposedStep", "PulledArms"]
+
+
+class PulledArms(NamedTuple):
+    """The pulled arms' factors before the step, and the round's products with them
+    (:meth:`FactorStore.pulled`).  ``B`` is the batch size (1 unbatched).
+
+    Attributes
+    ----------
+    U : ndarray of shape (B, d1, r)
+        ``U_a`` of the pulled arms.
+    V : ndarray of shape (B, d2, r)
+        ``V_a`` of the pulled arms.
+    XV : ndarray of shape (B, d1, r)
+        ``X V_a``.
+    XtU : ndarray of shape (B, d2, r)
+        ``Xᵀ U_a``.
+    sv : ndarray of shape (B, r)
+        The pulled arms' singular values ``D_a`` (decreasing), a gathered copy.
+    """
+
+    U: np.ndarray
+    V: np.ndarray
+    XV: np.ndarray
+    XtU: np.ndarray
+    sv: np.ndarray
+
+
+class ProposedStep(NamedTuple):
+    """One step of eq. (8), computed but not written.
+
+    :meth:`LowRankSGD.propose_step <agents.estimator.LowRankSGD.propose_step>` makes it and
+    :meth:`FactorStore.commit_step` writes it.  ``B`` is the batch size (1 unbatched).
+
+    Attributes
+    ----------
+    actions : ndarray of int64, shape (B,)
+        The pulled arms.
+    residuals : ndarray of shape (B,)
+        ``y_t - <M_hat_{a_t, t-1}, X_t>`` before the step.
+    U : ndarray of shape (B, d1, r)
+        The pulled arms' new balanced ``U`` factors.
+    V : ndarray of shape (B, d2, r)
+        The pulled arms' new balanced ``V`` factors.
+    sv : ndarray of shape (B, r)
+        Their singular values (decreasing).
+    version : int
+        :attr:`FactorStore.version` of the estimator when the step was proposed.
+    owner : int
+        ``id()`` of the estimator that proposed it.
+    """
+
+    actions: np.ndarray
+    residuals: np.ndarray
+    U: np.ndarray
+    V: np.ndarray
+    sv: np.ndarray
+    version: int
+    owner: int
+
+
+class FactorStore:
+    """The balanced factors of ``K`` arms for ``B`` trials, and the machinery around them.
+
+    The base of :class:`agents.estimator.LowRankSGD`, which validates the sizes, sets the
+    factors (eq. (10)) and computes the steps (eq. (8)); see the module docstring for what
+    lives here.
+
+    Parameters
+    ----------
+    d1, d2 : int
+        Context (and parameter) matrix shape.
+    rank : int
+        Rank ``r`` of the factors.
+    n_actions : int
+        Number of arms ``K``.
+    n_trials : int or None
+        None for the unbatched API, else the batch size ``B``.
+
+    Notes
+    -----
+    The sizes are assumed validated (the subclass does it).  Until the subclass sets the
+    factors (:meth:`_set_factors`) they are zero and :attr:`initialized` is False.  The
+    methods named here without a class (:meth:`initialize`, :meth:`update`,
+    :meth:`step_validated`, :meth:`propose_step`, :meth:`load_state_dict`, ...) are
+    :class:`~agents.estimator.LowRankSGD`'s.
+    """
+
+    def __init__(self, d1: int, d2: int, rank: int, n_actions: int, n_trials: int | None) -> None:
+        self.d1 = d1
+        self.d2 = d2
+        self.rank = rank
+        self.n_actions = n_actions
+        self.n_trials = n_trials
+        B = self._B
+        K = self.n_actions
+        self._U = np.zeros((B, K, self.d1, self.rank))
+        self._V = np.zeros((B, K, self.d2, self.rank))
+        self._sv = np.zeros((B, K, self.rank))
+        self._counts = np.zeros((B, K), dtype=np.int64)
+        self._t = 0
+        self._initialized = False
+        self._trials = np.arange(B)
+        # Products of the current round's context with the factors, shared by predict(),
+        # the inference wrappers and update().
+        self._product_cache = ProductCache(self.d1, self.d2, self.n_trials)
+        # Per (trial, arm) counter bumped whenever those factors change (arm_versions).
+        self._arm_version = np.zeros((B, K), dtype=np.int64)
+        # The V factors side by side, (B, d2, K, r), for the all-arm product of predict().
+        self._V_cat = np.zeros((B, self.d2, K, self.rank))
+        # Counter bumped by every change of the state (propose_step/commit_step compare it).
+        self._version = 0
+
+    @property
+    def _B(self) -> int:
+        return 1 if self.n_trials is None else self.n_trials
+
+    @property
+    def batched(self) -> bool:
+        """Whether the batched API (``n_trials`` given) is in use."""
+        return self.n_trials is not None
+
+    @property
+    def initialized(self) -> bool:
+        """Whether :meth:`initialize` (or :meth:`load_state_dict`) has set the factors."""
+        return self._initialized
+
+    @property
+    def t(self) -> int:
+        """Number of rounds absorbed by :meth:`update` since :meth:`initialize`."""
+        return self._t
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Per-arm update counts ``s_a``, shape ``(K,)`` or ``(B, K)`` (a copy)."""
+        return self._out(self._counts.copy())
+
+    @property
+    def version(self) -> int:
+        """Counter bumped by every change of the state (steps, :meth:`initialize`,
+        :meth:`load_state_dict`): a :class:`ProposedStep` made at another version is
+        refused by :meth:`commit_step`."""
+        return self._version
+
+    def _out(self, arr: np.ndarray) -> np.ndarray:
+        """Drop the internal batch axis in the unbatched API."""
+        return arr[0] if self.n_trials is None else arr
+
+    # ------------------------------------------------------------------ per-round API
+    def check_context(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Validate a context for this estimator (one pass over its entries).
+
+        Parameters
+        ----------
+        X : array_like of shape (d1, d2), or (B, d1, d2) batched
+
+        Returns
+        -------
+        Xb : ndarray of shape (B, d1, d2)
+            The context in the batched layout (``B = 1`` unbatched).
+        fingerprint : ndarray of shape (B,)
+            Its :meth:`fingerprint`, which is both the finiteness check and the key of the
+            round's products: pass it on to :meth:`predict_validated`, :meth:`pulled` and
+            :meth:`step_validated`.
+
+        Raises
+        ------
+        ValueError
+            If ``X`` is not a real array of the right shape or has a non-finite entry.
+        """
+        X, fp = check_context_fingerprint(
+            X, self.d1, self.d2, self.n_trials, self._product_cache.weights
+        )
+        return (X if self.n_trials is not None else X[None]), fp
+
+    def fingerprint(self, Xb: np.ndarray) -> np.ndarray:
+        """Per-trial ``<X, W>`` with fixed weights ``W`` drawn once in ``[1, 2)`` (one GEMV).
+
+        It tells whether a context is the one the round's products were computed for, so
+        a round's prediction, the inference wrappers' snapshot and the step share one
+        ``X V`` and one ``Xᵀ U`` however the caller copied or reshaped the array in between,
+        while an array edited in place is recomputed.  Since no weight is zero, a non-finite
+        entry makes it non-finite: it doubles as a finiteness check.
+
+        Parameters
+        ----------
+        Xb : ndarray of shape (B, d1, d2)
+            Contexts in the batched layout (``B = 1`` unbatched); not validated.
+
+        Returns
+        -------
+        ndarray of shape (B,)
+        """
+        return self._product_cache.fingerprint(Xb)
+
+    def predict_validated(
+        self, Xb: np.ndarray, fingerprint: np.ndarray | None = None
+    ) -> np.ndarray:
+        """:meth:`predict` on a validated context, in the batched layout.
+
+        Parameters
+        ----------
+        Xb : ndarray of shape (B, d1, d2)
+            Contexts from :meth:`check_context` (assumed validated).
+        fingerprint : ndarray of shape (B,), optional
+            Their fingerprint from :meth:`check_context`; computed if omitted.
+
+        Returns
+        -------
+        ndarray of shape (B, K)
+            ``<M_hat_a, X>`` for every trial and arm.
+        """
+        XV = self._product_cache.all_arm_products(Xb, self._V_cat, fingerprint)
+        if engine.compiled():
+            from agents import kernels
+
+            preds = np.empty((XV.shape[0], self.n_actions))
+            kernels.predictions(XV, self._U, preds)
+            return preds
+        return np.einsum("bikr,bkir->bk", XV, self._U)
+
+    def pulled(
+        self, Xb: np.ndarray, actions: np.ndarray, fingerprint: np.ndarray | None = None
+    ) -> PulledArms:
+        """What the pulled arms' factors are before the step, and their products with ``X``.
+
+        The products are the ones :meth:`step_validated` then uses on the same context
+        (cached for the round), so a caller that snapshots the round computes nothing twice.
+
+        Parameters
+        ----------
+        Xb : ndarray of shape (B, d1, d2)
+            Contexts from :meth:`check_context` (assumed validated).
+        actions : ndarray of int64, shape (B,)
+            The pulled arms (assumed validated).
+        fingerprint : ndarray of shape (B,), optional
+            The fingerprint of ``Xb`` from :meth:`check_context`; computed if omitted.
+
+        Returns
+        -------
+        PulledArms
+            ``U``, ``V``, ``XV``, ``XtU`` (read-only by convention: they are shared with the
+            cache; unbatched, ``U`` and ``V`` are views of the factors, so copy them to keep
+            them past the step) and ``sv`` (a copy).
+        """
+        U, V, XV, XtU = self._product_cache.pulled(Xb, actions, self._U, self._V, fingerprint)
+        return PulledArms(U, V, XV, XtU, self._sv[self._trials, actions])
+
+    # ------------------------------------------------------------------ the write of a step
+    def commit_step(self, proposed: ProposedStep) -> np.ndarray:
+        """Write a step computed by :meth:`propose_step` on the current state.
+
+        Cannot fail on a proposal made against the current state: every check ran in
+        :meth:`propose_step`.
+
+        Parameters
+        ----------
+        proposed : ProposedStep
+            From this estimator's :meth:`propose_step`, with no change of the state since.
+
+        Returns
+        -------
+        ndarray of shape (B,)
+            The residuals ``y_t - <M_hat_{a_t, t-1}, X_t>`` before the step.
+
+        Raises
+        ------
+        ValueError
+            If ``proposed`` comes from another estimator or the state changed since it
+            was proposed (another step, :meth:`initialize`, :meth:`load_state_dict`);
+            nothing is written then.
+        """
+        if not isinstance(proposed, ProposedStep) or proposed.owner != id(self):
+            raise ValueError(
+                "proposed must be a ProposedStep from this estimator's propose_step(), got "
+                f"{type(proposed).__name__}"
+            )
+        if proposed.version != self._version:
+            raise ValueError(
+                f"proposed was computed at version {proposed.version} of the estimator, "
+                f"which has changed since (version {self._version}): propose the step again"
+            )
+        a = proposed.actions
+        if engine.compiled():
+            from agents import kernels
+
+            state = (self._U, self._V, self._sv, self._V_cat, self._counts, self._arm_version)
+            kernels.write_pulled(*state, a, proposed.U, proposed.V, proposed.sv)
+            self._t += 1
+            self._product_cache.invalidate()
+        else:
+            self._store_pulled(a, proposed.U, proposed.V, proposed.sv)
+        self._version += 1
+        return proposed.residuals
+
+    # ------------------------------------------------------------------ per-arm versions
+    @property
+    def arm_versions(self) -> np.ndarray:
+        """Per (trial, arm) counter bumped whenever those factors change.
+
+        A caller that keeps copies of factors (the inference wrappers) tells which arms
+        moved by comparing versions instead of factors.  A read-only view of shape (B, K),
+        int64 (``B = 1`` unbatched) that follows the estimator: copy it to keep a snapshot.
+        """
+        view = self._arm_version.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def batched_factors(self) -> tuple[np.ndarray, np.ndarray]:
+        """Read-only views ``(U, V)`` of the balanced factors in the batched layout.
+
+        Shapes (B, K, d1, r) and (B, K, d2, r) (``B = 1`` unbatched).  The views follow the
+        steps, but :meth:`initialize` and :meth:`load_state_dict` replace the arrays: read
+        the property again after those.  :attr:`factors` returns copies instead.
+        """
+        U, V = self._U.view(), self._V.view()
+        U.flags.writeable = False
+        V.flags.writeable = False
+        return U, V
+
+    def arm_factors(self, trials: Any, arms: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Gathered copies ``(U[trials, arms], V[trials, arms])`` of chosen arms' factors.
+
+        Parameters
+        ----------
+        trials, arms : array_like of int
+            Index arrays (broadcast together) of the (trial, arm) pairs, e.g. from
+            ``np.nonzero`` of a comparison of :attr:`arm_versions`; assumed in range.
+
+        Returns
+        -------
+        U : ndarray of shape (N, d1, r)
+        V : ndarray of shape (N, d2, r)
+            For ``N`` broadcast pairs.
+        """
+        return self._U[trials, arms], self._V[trials, arms]
+
+    @property
+    def factors(self) -> tuple[np.ndarray, np.ndarray]:
+        """Balanced factors ``(U, V)`` (copies), shapes ``(K, d1, r)``, ``(K, d2, r)``.
+
+        Batched: ``(B, K, d1, r)``, ``(B, K, d2, r)``.  ``U_a^T U_a = V_a^T V_a = D_a``.
+        """
+        return self._out(self._U.copy()), self._out(self._V.copy())
+
+    @property
+    def singular_values(self) -> np.ndarray:
+        """Singular values ``D`` of each estimate (decreasing): ``(K, r)`` or ``(B, K, r)``."""
+        return self._out(self._sv.copy())
+
+    # ------------------------------------------------------------------ state changes
+    def _store_pulled(
+        self, a: np.ndarray, U_bal: np.ndarray, V_bal: np.ndarray, sv: np.ndarray
+    ) -> None:
+        """Write the pulled arms' new balanced factors (nothing here raises)."""
+        if self.n_trials is None:  # basic indexing: cheaper than the gather/scatter
+            a0 = int(a[0])
+            self._U[0, a0] = U_bal[0]
+            self._V[0, a0] = V_bal[0]
+            self._sv[0, a0] = sv[0]
+            self._counts[0, a0] += 1
+            self._V_cat[0, :, a0] = V_bal[0]
+        else:
+            self._U[self._trials, a] = U_bal
+            self._V[self._trials, a] = V_bal
+            self._sv[self._trials, a] = sv
+            self._counts[self._trials, a] += 1
+            self._V_cat[self._trials, :, a] = V_bal
+        self._t += 1
+        self._product_cache.invalidate()
+        self._arm_version[self._trials, a] += 1
+
+    def _set_factors(
+        self,
+        U: np.ndarray,
+        V: np.ndarray,
+        sv: np.ndarray,
+        counts: np.ndarray,
+        t: int,
+        initialized: bool,
+    ) -> None:
+        """Replace every arm's factors and the counters (initialize, load_state_dict)."""
+        self._U = U
+        self._V = V
+        self._sv = sv
+        self._counts = counts
+        self._t = t
+        self._initialized = initialized
+        self._product_cache.invalidate()
+        self._version += 1
+        self._arm_version += 1
+        self._V_cat = np.ascontiguousarray(self._V.transpose(0, 2, 1, 3))

@@ -59,6 +59,13 @@ def problem_shape(
     if env is not None:
         base = getattr(env, "unwrapped", env)
         found = {}
+        if hasattr(base, "num_envs") and not hasattr(base, "d1"):
+            raise ValueError(
+                f"env must be the native vector env of MatrixContextBandit-v0, got "
+                f'{type(base).__name__}: build it with gym.make_vec("MatrixContextBandit-v0", '
+                'num_envs=B, vectorization_mode="vector_entry_point") (Gymnasium\'s sync and '
+                "async vector envs step copies of the single env one by one)"
+            )
         for name in ("d1", "d2", "n_actions", "context"):
             if not hasattr(base, name):
                 raise ValueError(

@@ -20,6 +20,14 @@ def check_action(action, n_actions: int) -> int:
     """Return ``action`` as an ``int`` in ``[0, n_actions)`` or raise ``ValueError``."""
     if isinstance(action, np.ndarray) and action.shape == ():
         action = action.item()
+    if isinstance(action, np.ndarray) and action.ndim == 1 and action.size > 1:
+        raise ValueError(
+            f"action must be one integer in [0, {n_actions}); got {action.size} actions "
+            f"{action!r}: a batched Decision goes to the native vector env, "
+            'gym.make_vec("MatrixContextBandit-v0", num_envs=B, '
+            'vectorization_mode="vector_entry_point"); Gymnasium\'s sync and async vector '
+            "envs take an integer array of actions, one per copy of the single env"
+        )
     if isinstance(action, bool) or not isinstance(action, numbers.Integral):
         raise ValueError(f"action must be an integer in [0, {n_actions}); got {action!r}")
     if not 0 <= action < n_actions:

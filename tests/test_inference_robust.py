@@ -222,3 +222,49 @@ def test_a_failure_after_the_inner_step_undoes_the_whole_step(monkeypatch, failu
     value.step(Decision(1, uniform))  # the retried step goes through, once, everywhere
     assert params.rounds_seen == value.rounds_seen == rounds + 1
     assert params.estimator.initialized
+
+
+def test_case5_reproducer_a_short_own_warm_start_neither_diverges_nor_goes_nan():
+    """Issue 15 case 5: a wrapper's own LowRankSGD at the default step size (d = 5 x 3,
+    K = 4, σ = 1, singular values 10, warm start 40) reached factors near 1e177 and NaN
+    intervals.  Its warm start is now defined for arms with too few rounds (with a warning)
+    and the divergence guard stands behind it: 3000 rounds stay finite and bounded."""
+    env = gym.make(
+        "MatrixContextBandit-v0",
+        d1=5,
+        d2=3,
+        rank=2,
+        n_actions=4,
+        noise_std=1.0,
+        singular_values=10.0,
+    )
+    params = ParameterInference(env, {"T": np.eye(5, 3)}, rank=2, warm_start=40)
+    value = ValueInference(params)
+    value.reset(seed=0)
+    uniform = np.full(4, 0.25)
+    rng = np.random.default_rng(0)
+    with pytest.warns(RuntimeWarning, match="too few rounds"):
+        for _ in range(3000):
+            value.step(Decision(int(rng.integers(4)), uniform))
+    assert params.estimator.singular_values.max() < 100.0
+    cis = [params.interval(a, "T") for a in range(4)] + [value.interval()]
+    for ci in cis:
+        assert np.isfinite([ci.estimate, ci.low, ci.high, ci.standard_error]).all(), ci
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_agents_and_a_batched_decision_name_the_native_vector_env(mode):
+    """Issue 15 case 8: Gymnasium's sync/async vector envs of this env."""
+    venv = make_vec(mode)
+    try:
+        with pytest.raises(ValueError, match='vectorization_mode="vector_entry_point"'):
+            EpsilonGreedy(venv, rank=1)
+        venv.reset(seed=0)
+        batched = Decision(np.zeros(3, dtype=int), np.full((3, 2), 0.5))
+        if mode == "sync":  # the async env fails inside Gymnasium before reaching ours
+            with pytest.raises(ValueError, match="native vector env"):
+                venv.step(batched)
+        _, rewards, *_ = venv.step(np.zeros(3, dtype=int))  # plain actions work
+        assert rewards.shape == (3,)
+    finally:
+        venv.close()

@@ -30,6 +30,10 @@ EXAMPLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "coverage_study.py": (("--small",), ()),
     "online_inference.py": (("--small",), ()),
     "sb3_propensities.py": (("--small",), ("stable_baselines3", "torch")),
+    "compare_agents.py": (("--small",), ()),
+    "sb3_ppo.py": (("--small",), ("stable_baselines3", "torch")),
+    "sb3_dqn.py": (("--small",), ("stable_baselines3", "torch")),
+    "sb3_logger.py": (("--small",), ("stable_baselines3", "torch")),
 }
 
 _BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)

@@ -40,9 +40,7 @@ def soak(rounds: int, checkpoints: tuple[int, ...], d: int = 20, seed: int = 0) 
             memory[t] = resident_bytes()
             running = info.get("value_inference", {})
             if running.get("n_obs"):
-                assert np.isfinite(running["estimate"]) and np.isfinite(
-                    running["standard_error"]
-                )
+                assert np.isfinite(running["estimate"]) and np.isfinite(running["standard_error"])
             ci = params.interval(1, "T")
             assert np.isfinite([ci.estimate, ci.low, ci.high]).all(), (t, ci)
             assert np.isfinite(value.interval().estimate), t

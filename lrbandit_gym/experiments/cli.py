@@ -1,4 +1,5 @@
-"""The ``lrbandit`` command line: ``demo``, ``reproduce``, ``figures`` and ``bench``."""
+"""The ``lrbandit`` command line: ``demo``, ``reproduce``, ``figures``, ``bench`` and
+``compare``."""
 
 from __future__ import annotations
 
@@ -137,6 +138,59 @@ def _figures(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+    """Agents side by side on the same trials (regret, estimation, inference)."""
+    from lrbandit_gym.experiments.compare import (
+        DEFAULT_AGENTS,
+        compare,
+        default_lineup,
+        sb3_available,
+    )
+
+    lineup = default_lineup(
+        rank=args.rank, warm_start=args.warm_start, rounds=args.rounds, sb3_trials=args.sb3_trials
+    )
+    names = list(args.agents) if args.agents else list(DEFAULT_AGENTS)
+    unknown = [n for n in names if n not in lineup]
+    if unknown:
+        raise SystemExit(
+            f"lrbandit compare: unknown agent(s) {unknown}; choose from {list(lineup)}"
+        )
+    if not sb3_available():
+        dropped = [n for n in names if lineup[n].kind == "sb3"]
+        if dropped and args.agents:
+            raise SystemExit(
+                f"lrbandit compare: {dropped} need the sb3 extra: pip install 'lrbandit-gym[sb3]'"
+            )
+        if dropped:
+            print(f"{', '.join(dropped)} skipped: the sb3 extra is not installed", file=sys.stderr)
+        names = [n for n in names if n not in dropped]
+    env_config = {"d1": args.d, "d2": args.d, "rank": args.rank, "n_actions": args.arms}
+    print(
+        f"compare: d = {args.d}, r = {args.rank}, K = {args.arms}, {args.rounds} rounds, "
+        f"{args.trials} trials ({args.sb3_trials} for stable-baselines3 agents), seed "
+        f"{args.seed}, {args.jobs} job(s), backend {args.backend}",
+        file=sys.stderr,
+    )
+    result = compare(
+        env_config,
+        {n: lineup[n] for n in names},
+        trials=args.trials,
+        rounds=args.rounds,
+        seed=args.seed,
+        warm_start=args.warm_start,
+        jobs=args.jobs,
+        backend=args.backend,
+        batch_size=args.batch_size,
+    )
+    paths = result.save(args.out, figures=not args.no_figures, stream=sys.stderr)
+    print(result.to_markdown())
+    written = [paths["csv"], paths["inference_csv"], paths["regret_csv"], paths["markdown"]]
+    written += [paths["json"], paths["npz"], *paths["figures"]]
+    print(f"wrote {', '.join(written)}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lrbandit", description="Matrix-context bandits and online inference."
@@ -220,6 +274,41 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=nonnegative_int, default=0)
     bench.add_argument("--engine", choices=ENGINES, default=None, help="default auto")
     bench.set_defaults(func=_bench)
+
+    cmp = sub.add_parser(
+        "compare",
+        help="agents side by side on the same trials: regret, estimation, inference",
+        description="Run agents on the same trials (same contexts and noise for every agent) "
+        "and report cumulative regret, estimation error, time per round, and the coverage "
+        "and width of the intervals computed on each agent's own trajectory. Default "
+        "line-up: eps-greedy, softmax, ensemble (low-rank), linear (full-rank eps-greedy), "
+        "ppo and dqn (sb3 extra), uniform, oracle.",
+    )
+    cmp.add_argument("--agents", nargs="+", default=None, help="names from the line-up")
+    cmp.add_argument("--trials", type=int, default=200, help="trials per agent")
+    cmp.add_argument(
+        "--sb3-trials",
+        type=int,
+        default=20,
+        help="trials for stable-baselines3 agents (one network per trial): the first ones",
+    )
+    cmp.add_argument("--rounds", type=int, default=2000)
+    cmp.add_argument("--d", type=int, default=20, help="d1 = d2")
+    cmp.add_argument("--rank", type=int, default=2)
+    cmp.add_argument("--arms", type=int, default=2)
+    cmp.add_argument(
+        "--warm-start",
+        type=int,
+        default=400,
+        help="uniform rounds before the low-rank agents' fit and before the wrappers' own",
+    )
+    cmp.add_argument("--seed", type=int, default=0)
+    cmp.add_argument("--jobs", type=int, default=2)
+    cmp.add_argument("--backend", choices=["local", "ray"], default="local")
+    cmp.add_argument("--batch-size", type=int, default=25, help="trials per batched chunk")
+    cmp.add_argument("--out", default="lrbandit-out")
+    cmp.add_argument("--no-figures", action="store_true", help="do not draw the PNG figures")
+    cmp.set_defaults(func=_compare)
     return parser
 
 

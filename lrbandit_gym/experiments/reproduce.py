@@ -197,44 +197,57 @@ def _ray_map(jobs: int):
     return map_fn
 
 
-def _progress(done: int, total: int, start: float, stream) -> None:
-    elapsed = time.perf_counter() - start
-    eta = elapsed / done * (total - done) if done else float("nan")
-    bar = "#" * int(30 * done / total)
-    print(
-        f"\r[{bar:<30}] {done}/{total} chunks, {elapsed:6.0f} s elapsed, ETA {eta:6.0f} s",
-        end="" if done < total else "\n",
-        file=stream,
-        flush=True,
-    )
+class _Progress:
+    """A tqdm bar of chunks with ETA on ``stream`` (shown when it is a terminal), and one
+    final line whatever the stream."""
+
+    def __init__(self, total: int, stream):
+        from tqdm.auto import tqdm
+
+        self.total, self.stream = total, stream
+        self.start = time.perf_counter()
+        self.bar = tqdm(total=total, desc="chunks", unit="chunk", file=stream, disable=None)
+
+    def update(self) -> None:
+        self.bar.update(1)
+
+    def close(self) -> None:
+        disabled = self.bar.disable
+        self.bar.close()
+        if disabled:
+            elapsed = time.perf_counter() - self.start
+            print(f"{self.bar.n}/{self.total} chunks in {elapsed:.0f} s", file=self.stream)
 
 
 def _local_map(jobs: int, stream):
-    """Process-pool map with a progress bar (chunks complete in any order)."""
+    """Process-pool map with a tqdm progress bar (chunks complete in any order)."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from lrbandit_gym.experiments.studies import single_threaded_blas
 
     def map_fn(fn, items):
-        start = time.perf_counter()
         results = [None] * len(items)
-        if jobs == 1:
-            from agents.warm_start import reuse_buffer_memory
+        progress = _Progress(len(items), stream)
+        try:
+            if jobs == 1:
+                from agents.warm_start import reuse_buffer_memory
 
-            previous = reuse_buffer_memory(True)  # one warm-start buffer for all chunks
-            try:
-                for i, item in enumerate(items):
-                    results[i] = fn(item)
-                    _progress(i + 1, len(items), start, stream)
-            finally:
-                reuse_buffer_memory(previous)
+                previous = reuse_buffer_memory(True)  # one warm-start buffer for all chunks
+                try:
+                    for i, item in enumerate(items):
+                        results[i] = fn(item)
+                        progress.update()
+                finally:
+                    reuse_buffer_memory(previous)
+                return results
+            with ProcessPoolExecutor(jobs, initializer=single_threaded_blas) as pool:
+                futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+                for future in as_completed(futures):
+                    results[futures[future]] = future.result()
+                    progress.update()
             return results
-        with ProcessPoolExecutor(jobs, initializer=single_threaded_blas) as pool:
-            futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
-            for done, future in enumerate(as_completed(futures), 1):
-                results[futures[future]] = future.result()
-                _progress(done, len(items), start, stream)
-        return results
+        finally:
+            progress.close()
 
     return map_fn
 

@@ -1,0 +1,434 @@
+"""Results of :func:`lrbandit_gym.experiments.compare.compare`: tables, files and figures.
+
+:class:`ComparisonResult` holds each agent's raw arrays (trials on the first axis) and turns
+them into the summary (final cumulative regret mean ± s.e. and interquartile mean, estimation
+error, time per round), the inference table (coverage and mean width of every interval,
+computed on each agent's own trajectory), Markdown, CSV, JSON, ``.npz`` and, with the
+``plot`` extra, figures.  Tables are pandas DataFrames when pandas is installed and lists of
+dicts (arrays for the regret) otherwise.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from lrbandit_gym.experiments.compare_run import ComparisonSetting
+
+__all__ = ["ComparisonResult"]
+
+
+def _pandas(as_frame: bool | None):
+    if as_frame is False:
+        return None
+    try:
+        import pandas as pd
+    except ImportError:
+        if as_frame:
+            raise ImportError("as_frame=True needs pandas: pip install pandas") from None
+        return None
+    return pd
+
+
+def _coverage(est, se, truth, valid, z):
+    """Coverage, its Monte Carlo s.e., mean width and the trials used."""
+    ok = valid & np.isfinite(est) & np.isfinite(se)
+    n = int(ok.sum())
+    if not n:
+        return {"trials": 0, "coverage": np.nan, "coverage_mcse": np.nan, "mean_width": np.nan}
+    cov = float(np.mean(np.abs(est[ok] - truth) <= z * se[ok]))
+    return {
+        "trials": n,
+        "coverage": cov,
+        "coverage_mcse": float(np.sqrt(cov * (1 - cov) / n)),
+        "mean_width": float(np.mean(2 * z * se[ok])),
+    }
+
+
+@dataclass
+class ComparisonResult:
+    """Everything a comparison measured.
+
+    Attributes
+    ----------
+    setting : ComparisonSetting
+        The environment, rounds, targets, checkpoints and warm start shared by all agents.
+    agents : list of str
+        Names, in the order given.
+    data : dict
+        Per agent: ``trials`` (indices), ``regret`` ``(n, rounds)`` cumulative regret,
+        ``estimation_error`` ``(n, C, K)`` or None, ``estimate``/``se``
+        ``(n, C, n_T, K)``, ``value_estimate``/``value_se`` ``(n, C)``, ``valid`` ``(n,)``
+        (inference defined on the trial), ``min_propensity`` ``(n,)`` (after the warm start),
+        ``refusals`` (``(rounds, reason)`` of every unit whose wrappers refused a round),
+        ``context_sum`` ``(n,)`` (the sum of every context the trial acted on: the same
+        for every agent on a trial, since contexts do not depend on actions),
+        ``seconds`` and ``agent_seconds`` (process-seconds, summed over units).
+    truth : ndarray (n_T, K)
+        ``<M_a, T>`` for every target.
+    optimal_value : float
+        ``V*``.
+    true_params : ndarray (K, d1, d2)
+    info : dict
+        Trials, rounds, seed, jobs, backend, engine, wall seconds, kinds of agents.
+    """
+
+    setting: ComparisonSetting
+    agents: list
+    data: dict
+    truth: np.ndarray
+    optimal_value: float
+    true_params: np.ndarray
+    info: dict
+
+    @property
+    def checkpoints(self) -> np.ndarray:
+        return np.asarray(self.setting.checkpoints)
+
+    def _z(self) -> float:
+        return float(stats.norm.ppf(0.5 + self.setting.confidence_level / 2))
+
+    def quantities(self) -> list[tuple[str, int | None, int | None]]:
+        """``(label, target index, arm)`` of every interval; ``V*`` last (None, None)."""
+        out = []
+        for j, name in enumerate(self.setting.targets):
+            for arm in range(self.truth.shape[1]):
+                out.append((f"<M_{arm}, {name}>", j, arm))
+        out.append(("V*", None, None))
+        return out
+
+    def notes(self, name: str) -> list[str]:
+        """Why inference is missing for some of an agent's trials, if it is."""
+        d = self.data[name]
+        n = len(d["trials"])
+        out = []
+        zero = int(np.sum(d["min_propensity"] <= 0))
+        if zero:
+            out.append(
+                f"π_t(a) = 0 for some arm after the warm start in {zero} of {n} trials: "
+                "inverse-propensity inference is undefined there (docs/method.md §4)"
+            )
+        if d["refusals"]:
+            rounds, reason = min(d["refusals"], key=lambda r: r[0])
+            units = len(d["refusals"])
+            out.append(
+                f"the inference wrappers refused a round in {units} unit(s) of trials, the "
+                f"first after {rounds} rounds: {reason}"
+            )
+        return out
+
+    # -- tables -------------------------------------------------------------------------
+    def regret(self, as_frame: bool | None = None):
+        """Per-round cumulative regret per agent and trial.
+
+        A long DataFrame (``agent``, ``trial``, ``round``, ``cumulative_regret``) when pandas
+        is installed (or ``as_frame=True``), else ``{agent: ndarray (n_trials, rounds)}``.
+        """
+        pd = _pandas(as_frame)
+        if pd is None:
+            return {name: self.data[name]["regret"] for name in self.agents}
+        frames = []
+        for name in self.agents:
+            d = self.data[name]
+            n, rounds = d["regret"].shape
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "agent": name,
+                        "trial": np.repeat(d["trials"], rounds),
+                        "round": np.tile(np.arange(1, rounds + 1), n),
+                        "cumulative_regret": d["regret"].reshape(-1),
+                    }
+                )
+            )
+        frame = pd.concat(frames, ignore_index=True)
+        frame["agent"] = pd.Categorical(frame["agent"], categories=self.agents)
+        return frame
+
+    def shared_trials(self) -> int:
+        """Trials every agent played (the first ones; the same seeds for all)."""
+        return min(len(self.data[name]["trials"]) for name in self.agents)
+
+    def summary(self, as_frame: bool | None = None):
+        """One row per agent: regret, estimation error, time and inference at a glance."""
+        rows = []
+        shared = self.shared_trials()
+        rounds = self.setting.rounds
+        inference = self.inference(as_frame=False)
+        for name in self.agents:
+            d = self.data[name]
+            final = d["regret"][:, -1]
+            n = final.size
+            err = d["estimation_error"]
+            mine = [r for r in inference if r["agent"] == name]
+            params = [r for r in mine if r["quantity"] != "V*" and r["trials"]]
+            value = next(r for r in mine if r["quantity"] == "V*")
+            rows.append(
+                {
+                    "agent": name,
+                    "kind": self.info["kinds"].get(name, ""),
+                    "trials": n,
+                    "final_regret_mean": float(final.mean()),
+                    "final_regret_se": float(final.std(ddof=1) / np.sqrt(n)) if n > 1 else np.nan,
+                    "final_regret_iqm": float(stats.trim_mean(final, 0.25)),
+                    "shared_trials": shared,
+                    "shared_regret_mean": float(final[:shared].mean()),
+                    "estimation_error": (
+                        float(np.nanmean(err[:, -1])) if err is not None else np.nan
+                    ),
+                    "ms_per_round": 1e3 * d["seconds"] / (n * rounds),
+                    "agent_ms_per_round": 1e3 * d["agent_seconds"] / (n * rounds),
+                    "coverage_params_min": (
+                        min(r["coverage"] for r in params) if params else np.nan
+                    ),
+                    "coverage_params_max": (
+                        max(r["coverage"] for r in params) if params else np.nan
+                    ),
+                    "coverage_value": value["coverage"],
+                    "width_value": value["mean_width"],
+                    "min_propensity": float(np.min(d["min_propensity"])),
+                    "notes": " | ".join(self.notes(name)),
+                }
+            )
+        pd = _pandas(as_frame)
+        return rows if pd is None else pd.DataFrame(rows)
+
+    def inference(self, as_frame: bool | None = None, checkpoint: int = -1):
+        """Coverage, its Monte Carlo s.e. and mean width of every interval, per agent, at a
+        checkpoint (default: the last round), over the trials where inference is defined."""
+        z = self._z()
+        rows = []
+        for name in self.agents:
+            d = self.data[name]
+            valid = d["valid"]
+            for label, j, arm in self.quantities():
+                if j is None:
+                    est, se = d["value_estimate"][:, checkpoint], d["value_se"][:, checkpoint]
+                    truth = self.optimal_value
+                else:
+                    est, se = d["estimate"][:, checkpoint, j, arm], d["se"][:, checkpoint, j, arm]
+                    truth = float(self.truth[j, arm])
+                row = {"agent": name, "quantity": label, "truth": truth}
+                row.update(_coverage(est, se, truth, valid, z))
+                row["note"] = "" if row["trials"] else (" | ".join(self.notes(name)) or "none")
+                rows.append(row)
+        pd = _pandas(as_frame)
+        return rows if pd is None else pd.DataFrame(rows)
+
+    def curves(self) -> dict[str, dict[str, np.ndarray]]:
+        """Per agent, against :attr:`checkpoints`: mean cumulative regret, mean estimation
+        error (over trials and arms; NaN without an estimate) and the mean width of every
+        interval (``{label: (C,)}``)."""
+        z = self._z()
+        out = {}
+        c = self.checkpoints - 1
+        for name in self.agents:
+            d = self.data[name]
+            valid = d["valid"]
+            widths = {}
+            for label, j, arm in self.quantities():
+                se = d["value_se"] if j is None else d["se"][:, :, j, arm]
+                se = np.where(valid[:, None], se, np.nan)
+                with np.errstate(all="ignore"), _quiet():
+                    widths[label] = 2 * z * np.nanmean(se, axis=0)
+            err = d["estimation_error"]
+            with _quiet():
+                error = np.nanmean(err, axis=(0, 2)) if err is not None else np.full(c.size, np.nan)
+            out[name] = {
+                "regret": d["regret"][:, c].mean(axis=0),
+                "estimation_error": error,
+                "widths": widths,
+            }
+        return out
+
+    # -- text ---------------------------------------------------------------------------
+    def to_markdown(self) -> str:
+        """The summary and the inference table as Markdown."""
+        s = self.setting
+        e = s.env_kwargs
+        level = f"{100 * s.confidence_level:g}%"
+        shared = self.shared_trials()
+        lines = [
+            f"Setting: d1 = {e.get('d1', 50)}, d2 = {e.get('d2', 50)}, r = {e.get('rank', 3)}, "
+            f"K = {self.truth.shape[1]}, {s.rounds} rounds, seed {self.info['seed']}; "
+            f"wrappers' own warm start {s.warm_start} rounds.",
+            "",
+            f"| agent | trials | final regret (mean ± s.e.) | IQM | regret, trials 0–{shared - 1} "
+            "| ‖M̂_a − M_a‖_F | ms / trial-round (agent) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in self.summary(as_frame=False):
+            err = "—" if np.isnan(r["estimation_error"]) else f"{r['estimation_error']:.3f}"
+            lines.append(
+                f"| {r['agent']} | {r['trials']} | {r['final_regret_mean']:.1f} ± "
+                f"{r['final_regret_se']:.1f} | {r['final_regret_iqm']:.1f} | "
+                f"{r['shared_regret_mean']:.1f} | {err} | {r['ms_per_round']:.3f} "
+                f"({r['agent_ms_per_round']:.3f}) |"
+            )
+        labels = [q[0] for q in self.quantities()]
+        lines += [
+            "",
+            f"Coverage of the {level} intervals after round {s.rounds} on each agent's own "
+            "trajectory (mean width in brackets):",
+            "",
+            "| agent | trials | " + " | ".join(labels) + " |",
+            "|---|---|" + "---|" * len(labels),
+        ]
+        rows = self.inference(as_frame=False)
+        notes = []
+        for name in self.agents:
+            mine = {r["quantity"]: r for r in rows if r["agent"] == name}
+            n = max(r["trials"] for r in mine.values())
+            cells = []
+            for label in labels:
+                r = mine[label]
+                if not r["trials"]:
+                    cells.append("n/a")
+                else:
+                    cells.append(f"{r['coverage']:.3f} ({r['mean_width']:.3g})")
+            lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+            if self.notes(name):
+                notes.append(f"- {name}: " + "; ".join(self.notes(name)))
+        if notes:
+            lines += ["", "Notes:", *notes]
+        return "\n".join(lines)
+
+    # -- files --------------------------------------------------------------------------
+    def save(self, out: str | Path, figures: bool = True, stream=None) -> dict[str, Any]:
+        """Write ``compare.{json,csv,md,npz}``, ``compare_inference.csv``,
+        ``compare_regret.csv`` (mean, s.e. and quartiles of the cumulative regret at every
+        round) and, with ``figures`` and matplotlib, the PNG figures; returns the paths."""
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        summary = self.summary(as_frame=False)
+        inference = self.inference(as_frame=False)
+        paths: dict[str, Any] = {}
+        paths["csv"] = _write_csv(out / "compare.csv", summary)
+        paths["inference_csv"] = _write_csv(out / "compare_inference.csv", inference)
+        paths["regret_csv"] = _write_csv(out / "compare_regret.csv", self._regret_rows())
+        (out / "compare.md").write_text(self.to_markdown() + "\n", encoding="utf-8")
+        paths["markdown"] = str(out / "compare.md")
+        arrays = {"truth": self.truth, "optimal_value": np.array(self.optimal_value)}
+        arrays["checkpoints"] = self.checkpoints
+        for name in self.agents:
+            for key, value in self.data[name].items():
+                if key not in ("refusals", "seconds", "agent_seconds") and value is not None:
+                    arrays[f"{name}/{key}"] = np.asarray(value)
+        np.savez_compressed(out / "compare.npz", **arrays)
+        paths["npz"] = str(out / "compare.npz")
+        paths["figures"] = self.figures(out, stream=stream) if figures else []
+        meta = {
+            "setting": {
+                "env_kwargs": self.setting.env_kwargs,
+                "rounds": self.setting.rounds,
+                "targets": list(self.setting.targets),
+                "checkpoints": list(self.setting.checkpoints),
+                "warm_start": self.setting.warm_start,
+                "confidence_level": self.setting.confidence_level,
+            },
+            **self.info,
+            "truth": self.truth.tolist(),
+            "optimal_value": self.optimal_value,
+            "summary": summary,
+            "inference": inference,
+            "seconds": {n: self.data[n]["seconds"] for n in self.agents},
+            "versions": _versions(),
+            "files": paths,
+        }
+        (out / "compare.json").write_text(json.dumps(meta, indent=2, default=_json))
+        paths["json"] = str(out / "compare.json")
+        return paths
+
+    def _regret_rows(self) -> list[dict]:
+        rows = []
+        for name in self.agents:
+            reg = self.data[name]["regret"]
+            n = reg.shape[0]
+            mean = reg.mean(axis=0)
+            se = reg.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.full_like(mean, np.nan)
+            q25, q75 = np.percentile(reg, [25, 75], axis=0)
+            for t in range(reg.shape[1]):
+                rows.append(
+                    {
+                        "agent": name,
+                        "round": t + 1,
+                        "mean": float(mean[t]),
+                        "se": float(se[t]),
+                        "q25": float(q25[t]),
+                        "q75": float(q75[t]),
+                    }
+                )
+        return rows
+
+    def figures(self, out: str | Path, stream=None) -> list[str]:
+        """PNG figures (needs matplotlib; without it, one line on ``stream`` and none):
+        cumulative regret with its across-trial interquartile band, estimation error and the
+        mean width of every interval against rounds."""
+        from lrbandit_gym.experiments.compare_figures import comparison_figures
+        from lrbandit_gym.experiments.figures import MISSING_MATPLOTLIB, MatplotlibMissing
+
+        try:
+            return [str(p) for p in comparison_figures(self, Path(out))]
+        except MatplotlibMissing:
+            if stream is not None:
+                print(f"figures skipped: {MISSING_MATPLOTLIB}", file=stream)
+            return []
+
+
+class _quiet:
+    """Silence numpy's warnings about all-NaN slices (agents without an estimate)."""
+
+    def __enter__(self):
+        import warnings
+
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc):
+        self._w.__exit__(*exc)
+
+
+def _write_csv(path: Path, rows: list[dict]) -> str:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return str(path)
+
+
+def _json(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def _versions() -> dict:
+    import gymnasium
+    import scipy
+
+    import lrbandit_gym
+
+    versions = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "gymnasium": gymnasium.__version__,
+        "lrbandit_gym": lrbandit_gym.__version__,
+        "platform": platform.platform(),
+    }
+    for module in ("stable_baselines3", "torch"):
+        try:
+            versions[module] = __import__(module).__version__
+        except ImportError:
+            versions[module] = None
+    return versions

@@ -1,0 +1,260 @@
+"""Agent comparisons: common random numbers, results independent of scheduling, tidy
+results, inference that says why it is missing, and ``lrbandit compare``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+import lrbandit_gym  # noqa: F401
+from agents import EpsilonGreedy, Oracle, UniformRandom
+from lrbandit_gym import Decision
+from lrbandit_gym.experiments.cli import main
+from lrbandit_gym.experiments.compare import (
+    OurAgent,
+    batched,
+    compare,
+    default_lineup,
+    per_trial,
+    sb3,
+    sb3_available,
+    trial_seeds,
+)
+from lrbandit_gym.experiments.compare_run import TrialBatchEnv, make_trial_env
+
+pytestmark = pytest.mark.filterwarnings("ignore::inference.InsufficientDataWarning")
+
+ENV = {"d1": 6, "d2": 5, "rank": 2}
+HAS_SB3 = sb3_available()
+
+
+class AlwaysArm:
+    """A deterministic policy (no propensities needed beyond its one-hot pmf)."""
+
+    def __init__(self, env, seed=None, arm=0):
+        self.arm = arm
+        self.k = env.unwrapped.n_actions
+        self.b = getattr(env, "num_envs", None) if hasattr(env.unwrapped, "num_envs") else None
+
+    def act(self, obs):
+        p = np.zeros(self.k)
+        p[self.arm] = 1.0
+        if self.b is None:
+            return Decision(self.arm, p)
+        return Decision(np.full(self.b, self.arm), np.tile(p, (self.b, 1)))
+
+    def update(self, obs, decision, reward):
+        pass
+
+
+def test_same_trial_seed_gives_the_same_contexts_and_noise_whatever_the_actions():
+    """Trial i shows the same contexts and standardized noise to any action sequence, in a
+    batch of trials, alone, and flattened (as stable-baselines3 sees it)."""
+    seeds = trial_seeds(7, 3)
+    assert seeds == trial_seeds(7, 3) and len(set(seeds)) == 3
+    runs = []
+    for policy in ("zeros", "random", "alternate"):
+        env = TrialBatchEnv(ENV, seeds)
+        obs, _ = env.reset()
+        rng = np.random.default_rng(len(runs))
+        contexts, noise = [obs], []
+        for t in range(40):
+            if policy == "zeros":
+                a = np.zeros(3, dtype=int)
+            elif policy == "random":
+                a = rng.integers(0, 2, 3)
+            else:
+                a = np.full(3, t % 2)
+            obs, reward, _, _, info = env.step(a)
+            sigma = env.noise_std[a]
+            noise.append((reward - info["expected_rewards"][np.arange(3), a]) / sigma)
+            contexts.append(obs)
+        runs.append((np.array(contexts), np.array(noise)))
+    for contexts, noise in runs[1:]:
+        np.testing.assert_array_equal(contexts, runs[0][0])
+        np.testing.assert_allclose(noise, runs[0][1], rtol=0, atol=1e-12)
+    # Trial 1 alone, flattened, with yet other actions: the same contexts.
+    single = make_trial_env(ENV, flatten=True)
+    obs, _ = single.reset(seed=seeds[1])
+    alone = [obs]
+    for t in range(40):
+        obs, *_ = single.step(int(t % 3 == 0))
+        alone.append(obs)
+    np.testing.assert_array_equal(np.array(alone), runs[0][0][:, 1].reshape(41, -1))
+
+
+def test_every_agent_sees_the_same_contexts_in_a_comparison():
+    """Batched, one-trial and stable-baselines3 agents: the same context sums per trial, and
+    a fixed policy has the same regret batched and alone."""
+    agents = {
+        "arm0 batched": batched(AlwaysArm),
+        "arm0 alone": per_trial(AlwaysArm),
+        "uniform": UniformRandom,
+        "oracle": Oracle,
+    }
+    if HAS_SB3:
+        agents["dqn"] = sb3("DQN", trials=2, gamma=0.0, learning_starts=20, buffer_size=200)
+    res = compare(ENV, agents, trials=4, rounds=60, warm_start=20, batch_size=3, progress=False)
+    sums = res.data["uniform"]["context_sum"]
+    for name in res.agents:
+        n = len(res.data[name]["trials"])
+        np.testing.assert_allclose(res.data[name]["context_sum"], sums[:n], rtol=1e-12)
+    np.testing.assert_allclose(
+        res.data["arm0 batched"]["regret"], res.data["arm0 alone"]["regret"], rtol=1e-12
+    )
+    assert np.all(res.data["oracle"]["regret"] == 0)
+
+
+def _small(jobs=1, backend="local", names=("eps", "alone", "uniform")):
+    agents = {
+        "eps": OurAgent("EpsilonGreedy", {"rank": 2, "warm_start": 30}),
+        "alone": per_trial(OurAgent("UniformRandom")),
+        "uniform": OurAgent("UniformRandom"),
+    }
+    if HAS_SB3 and "ppo" in names:
+        agents["ppo"] = sb3("PPO", trials=1, gamma=0.0, n_steps=40, batch_size=20, n_epochs=2)
+    agents = {k: v for k, v in agents.items() if k in names}
+    return compare(
+        ENV,
+        agents,
+        trials=5,
+        rounds=80,
+        seed=3,
+        warm_start=30,
+        batch_size=2,
+        jobs=jobs,
+        backend=backend,
+        progress=False,
+    )
+
+
+def _assert_same(a, b):
+    assert a.agents == b.agents
+    for name in a.agents:
+        for key, value in a.data[name].items():
+            if key in ("seconds", "agent_seconds"):
+                continue
+            if isinstance(value, np.ndarray):
+                np.testing.assert_array_equal(value, b.data[name][key], err_msg=f"{name}/{key}")
+            else:
+                assert value == b.data[name][key]
+
+
+def test_results_do_not_depend_on_jobs():
+    names = ("eps", "alone", "uniform", "ppo")
+    _assert_same(_small(1, names=names), _small(2, names=names))
+
+
+@pytest.mark.slow
+def test_results_do_not_depend_on_the_ray_backend():
+    pytest.importorskip("ray")
+    _assert_same(_small(1), _small(2, backend="ray"))
+
+
+def test_an_agent_s_numbers_do_not_depend_on_the_line_up():
+    alone = _small(names=("eps",))
+    together = _small()
+    np.testing.assert_array_equal(alone.data["eps"]["regret"], together.data["eps"]["regret"])
+
+
+def test_tidy_results_summary_and_inference():
+    res = compare(
+        ENV,
+        {
+            "eps": lambda env, seed: EpsilonGreedy(env, rank=2, warm_start=40, seed=seed),
+            "uniform": UniformRandom,
+            "oracle": Oracle,
+        },
+        trials=6,
+        rounds=150,
+        warm_start=40,
+        batch_size=3,
+        progress=False,
+    )
+    arrays = res.regret(as_frame=False)
+    assert arrays["eps"].shape == (6, 150)
+    assert np.all(np.diff(arrays["uniform"], axis=1) >= 0)  # cumulative
+    rows = {r["agent"]: r for r in res.summary(as_frame=False)}
+    assert rows["oracle"]["final_regret_mean"] == 0
+    assert rows["uniform"]["final_regret_mean"] > rows["eps"]["final_regret_mean"]
+    assert np.isfinite(rows["eps"]["estimation_error"])
+    assert np.isnan(rows["uniform"]["estimation_error"])  # no estimate
+    assert rows["eps"]["ms_per_round"] > 0
+    inference = res.inference(as_frame=False)
+    labels = {r["quantity"] for r in inference}
+    assert labels == {"<M_0, T1>", "<M_1, T1>", "<M_0, T2>", "<M_1, T2>", "V*"}
+    for r in inference:
+        if r["agent"] in ("eps", "uniform"):
+            assert r["trials"] == 6 and 0 <= r["coverage"] <= 1 and r["mean_width"] > 0
+        else:  # the oracle gives arms probability 0: no crash, NaN and the reason
+            assert r["trials"] == 0 and np.isnan(r["coverage"])
+            assert "probability 0" in r["note"] or "π_t(a) = 0" in r["note"]
+    assert "π_t(a) = 0" in rows["oracle"]["notes"]
+    curves = res.curves()
+    assert curves["eps"]["regret"].shape == res.checkpoints.shape
+    assert np.isfinite(curves["eps"]["widths"]["V*"][-1])
+    text = res.to_markdown()
+    assert "| oracle |" in text and "n/a" in text and "Notes:" in text
+    if importlib.util.find_spec("pandas") is not None:
+        frame = res.regret()
+        assert list(frame.columns) == ["agent", "trial", "round", "cumulative_regret"]
+        assert len(frame) == 3 * 6 * 150
+        assert list(res.summary()["agent"]) == ["eps", "uniform", "oracle"]
+
+
+def test_arguments_are_checked():
+    with pytest.raises(ValueError, match="flatten"):
+        compare({**ENV, "flatten": True}, {"u": UniformRandom}, progress=False)
+    with pytest.raises(ValueError, match="trials"):
+        compare(ENV, {"u": UniformRandom}, trials=0, progress=False)
+    with pytest.raises(ValueError, match="backend"):
+        compare(ENV, {"u": UniformRandom}, backend="dask", progress=False)
+    with pytest.raises(ValueError, match="at least one"):
+        compare(ENV, {}, progress=False)
+    with pytest.raises(ValueError, match="kind"):
+        from lrbandit_gym.experiments.compare import AgentSpec
+
+        AgentSpec(UniformRandom, kind="other")
+
+
+def test_default_lineup_names_every_agent_of_the_issue():
+    lineup = default_lineup()
+    assert list(lineup) == [
+        "eps-greedy",
+        "softmax",
+        "ensemble",
+        "linear",
+        "ppo",
+        "dqn",
+        "uniform",
+        "oracle",
+    ]
+    assert lineup["ppo"].kind == lineup["dqn"].kind == "sb3" and lineup["ppo"].trials == 20
+    assert lineup["eps-greedy"].factory.kwargs["warm_start"] == 400
+
+
+def test_cli_compare_writes_tables_and_files(tmp_path, capsys):
+    args = ["compare", "--agents", "eps-greedy", "linear", "uniform", "oracle"]
+    args += ["--trials", "4", "--rounds", "120", "--d", "5", "--warm-start", "40"]
+    args += ["--jobs", "1", "--batch-size", "2", "--out", str(tmp_path)]
+    if importlib.util.find_spec("matplotlib") is None:
+        args.append("--no-figures")
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "| eps-greedy |" in out and "| oracle | 4 | 0.0 ± 0.0" in out
+    for name in ("compare.csv", "compare_inference.csv", "compare_regret.csv", "compare.md"):
+        assert (tmp_path / name).is_file()
+    meta = json.loads((tmp_path / "compare.json").read_text())
+    assert meta["trials"] == 4 and meta["rounds"] == 120
+    assert [r["agent"] for r in meta["summary"]] == ["eps-greedy", "linear", "uniform", "oracle"]
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert sorted(p.rsplit("/", 1)[-1] for p in meta["files"]["figures"]) == [
+            "compare_estimation_error.png",
+            "compare_interval_width.png",
+            "compare_regret.png",
+        ]
+    with pytest.raises(SystemExit):
+        main(["compare", "--agents", "nobody", "--out", str(tmp_path)])

@@ -39,6 +39,7 @@ import numpy as np
 from lrbandit_gym import engine
 from lrbandit_gym.experiments.compare_report import ComparisonResult
 from lrbandit_gym.experiments.compare_run import ComparisonSetting, run_unit
+from lrbandit_gym.experiments.parallel import local_map, ray_map
 from lrbandit_gym.experiments.studies import paper_targets
 
 __all__ = [
@@ -267,56 +268,6 @@ def _execute(payload: bytes):
     return engine.call(kernels, run_unit, kind, *args)
 
 
-def _local_map(jobs: int, payloads: list[bytes], progress) -> list:
-    results: list = [None] * len(payloads)
-    if jobs == 1:
-        from agents.warm_start import reuse_buffer_memory
-
-        previous = reuse_buffer_memory(True)
-        try:
-            for i, p in enumerate(payloads):
-                results[i] = _execute(p)
-                progress(i)
-        finally:
-            reuse_buffer_memory(previous)
-        return results
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    from lrbandit_gym.experiments.studies import single_threaded_blas
-
-    with ProcessPoolExecutor(jobs, initializer=single_threaded_blas) as pool:
-        futures = {pool.submit(_execute, p): i for i, p in enumerate(payloads)}
-        for future in as_completed(futures):
-            i = futures[future]
-            results[i] = future.result()
-            progress(i)
-    return results
-
-
-def _ray_map(jobs: int, payloads: list[bytes], progress) -> list:
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("backend='ray' needs ray: pip install 'lrbandit-gym[ray]'") from exc
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
-    try:
-        remote = ray.remote(num_cpus=1)(_execute)
-        refs = {remote.remote(p): i for i, p in enumerate(payloads)}
-        results: list = [None] * len(payloads)
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                results[refs[ref]] = ray.get(ref)
-                progress(refs[ref])
-        return results
-    finally:
-        if started:
-            ray.shutdown()
-
-
 def compare(
     env_config: Mapping[str, Any],
     agents: Mapping[str, Callable | AgentSpec],
@@ -439,9 +390,9 @@ def compare(
     start = time.perf_counter()
     try:
         if backend == "ray":
-            results = _ray_map(jobs, payloads, tick)
+            results = ray_map(_execute, payloads, jobs, tick)
         else:
-            results = _local_map(jobs, payloads, tick)
+            results = local_map(_execute, payloads, jobs, tick)
     finally:
         if bar is not None:
             bar.close()

@@ -178,21 +178,15 @@ def _configs(
 
 
 def _ray_map(jobs: int):
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("--backend ray needs ray: pip install 'lrbandit-gym[ray]'") from exc
+    """``map_fn(fn, items)`` on Ray (see :func:`~.parallel.ray_map`)."""
+    from lrbandit_gym.experiments.parallel import ray_map
 
     def map_fn(fn, items):
-        started = not ray.is_initialized()
-        if started:
-            ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+        progress = _Progress(len(items), sys.stderr)
         try:
-            remote = ray.remote(num_cpus=1)(fn)
-            return ray.get([remote.remote(item) for item in items])
+            return ray_map(fn, items, jobs, lambda i: progress.update())
         finally:
-            if started:
-                ray.shutdown()
+            progress.close()
 
     return map_fn
 
@@ -207,8 +201,10 @@ class _Progress:
         self.total, self.stream = total, stream
         self.start = time.perf_counter()
         self.bar = tqdm(total=total, desc="chunks", unit="chunk", file=stream, disable=None)
+        self.done = 0
 
     def update(self) -> None:
+        self.done += 1
         self.bar.update(1)
 
     def close(self) -> None:
@@ -216,36 +212,17 @@ class _Progress:
         self.bar.close()
         if disabled:
             elapsed = time.perf_counter() - self.start
-            print(f"{self.bar.n}/{self.total} chunks in {elapsed:.0f} s", file=self.stream)
+            print(f"{self.done}/{self.total} chunks in {elapsed:.0f} s", file=self.stream)
 
 
 def _local_map(jobs: int, stream):
-    """Process-pool map with a tqdm progress bar (chunks complete in any order)."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    from lrbandit_gym.experiments.studies import single_threaded_blas
+    """``map_fn(fn, items)`` in worker processes with a tqdm progress bar."""
+    from lrbandit_gym.experiments.parallel import local_map
 
     def map_fn(fn, items):
-        results = [None] * len(items)
         progress = _Progress(len(items), stream)
         try:
-            if jobs == 1:
-                from agents.warm_start import reuse_buffer_memory
-
-                previous = reuse_buffer_memory(True)  # one warm-start buffer for all chunks
-                try:
-                    for i, item in enumerate(items):
-                        results[i] = fn(item)
-                        progress.update()
-                finally:
-                    reuse_buffer_memory(previous)
-                return results
-            with ProcessPoolExecutor(jobs, initializer=single_threaded_blas) as pool:
-                futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
-                for future in as_completed(futures):
-                    results[futures[future]] = future.result()
-                    progress.update()
-            return results
+            return local_map(fn, items, jobs, lambda i: progress.update())
         finally:
             progress.close()
 

@@ -1,4 +1,4 @@
-"""Statistical validity of the online intervals on the paper's setting (ALGORITHMS.md §6).
+"""Statistical validity of the online intervals on the paper's setting (docs/method.md §6).
 
 500 trials at n = 1000 rounds after the default warm start, fixed seeds, run on both cores.
 The same trajectories feed the paper's projection and two negative controls (no 1/π weight,

@@ -48,6 +48,7 @@ def soak(rounds: int, checkpoints: tuple[int, ...], d: int = 20, seed: int = 0) 
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_a_million_rounds_keep_memory_flat_and_values_finite():
     checkpoints = (10_000, 100_000, 1_000_000)
     memory = soak(1_000_000, checkpoints)

@@ -11,26 +11,25 @@ from lrbandit_gym.engine import ENGINES
 __all__ = ["main", "nonnegative_int", "positive_int"]
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (a count of rounds, trials, jobs, a size)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
+def _int_at_least(minimum: int):
+    """An argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
+        return value
+
+    return parse
 
 
-def nonnegative_int(text: str) -> int:
-    """argparse type: an integer >= 0 (a seed)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
+positive_int = _int_at_least(1)
+positive_int.__doc__ = "argparse type: an integer >= 1 (a count of rounds, trials, jobs, a size)."
+nonnegative_int = _int_at_least(0)
+nonnegative_int.__doc__ = "argparse type: an integer >= 0 (a seed)."
 
 
 def _demo(args: argparse.Namespace) -> int:

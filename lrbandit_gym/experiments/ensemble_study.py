@@ -351,12 +351,9 @@ def run_ensemble_study(
         raise ValueError(f"config must be an EnsembleStudyConfig; got {type(config).__name__}")
     n_trials = _positive_int(n_trials, "n_trials")
     batch_size = _positive_int(batch_size, "batch_size")
-    sizes = [batch_size] * (n_trials // batch_size)
-    if n_trials % batch_size:
-        sizes.append(n_trials % batch_size)
-    seeds = np.random.SeedSequence(seed).spawn(len(sizes))
-    kernels = engine.active_engine()  # workers (Ray's too) run the caller's engine
-    jobs = [(config, size, s, kernels) for size, s in zip(sizes, seeds, strict=True)]
+    from lrbandit_gym.experiments.studies import chunk_jobs
+
+    jobs = chunk_jobs(config, n_trials, batch_size, seed)
     if map_fn is None:
         chunks = []
         for i, job in enumerate(jobs):

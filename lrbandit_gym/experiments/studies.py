@@ -24,6 +24,7 @@ __all__ = [
     "StudyConfig",
     "make_study_env",
     "paper_targets",
+    "chunk_jobs",
     "process_map",
     "run_chunk",
     "run_study",
@@ -283,12 +284,7 @@ def run_study(
     over chunks (so over processes: with J busy processes they add up to about J times the
     wall time).  Timings are kept out of the result, which depends on the seed only.
     """
-    sizes = [batch_size] * (n_trials // batch_size)
-    if n_trials % batch_size:
-        sizes.append(n_trials % batch_size)
-    seeds = np.random.SeedSequence(seed).spawn(len(sizes))
-    kernels = engine.active_engine()  # workers (Ray's too) run the caller's engine
-    jobs = [(config, size, s, kernels) for size, s in zip(sizes, seeds, strict=True)]
+    jobs = chunk_jobs(config, n_trials, batch_size, seed)
     if map_fn is None:
         from agents.warm_start import reuse_buffer_memory
 
@@ -308,6 +304,18 @@ def run_study(
     if timing is not None:
         timing.update(zip(PHASES, seconds.tolist(), strict=True))
     return merged
+
+
+def chunk_jobs(config, n_trials: int, batch_size: int, seed) -> list[tuple]:
+    """The chunks of a study: ``(config, size, seed, engine)`` for chunks of ``batch_size``
+    trials (the last may be smaller), chunk ``i`` seeded by the ``i``-th child of
+    ``SeedSequence(seed)`` and run with the caller's engine (Ray's workers too)."""
+    sizes = [batch_size] * (n_trials // batch_size)
+    if n_trials % batch_size:
+        sizes.append(n_trials % batch_size)
+    seeds = np.random.SeedSequence(seed).spawn(len(sizes))
+    kernels = engine.active_engine()
+    return [(config, size, s, kernels) for size, s in zip(sizes, seeds, strict=True)]
 
 
 def _run_job(job):
@@ -369,7 +377,8 @@ def _keep_freed_memory() -> bool:
 
 
 def process_map(jobs: int):
-    """A ``map_fn`` for :func:`run_study` that runs chunks on ``jobs`` local processes."""
+    """A ``map_fn`` for :func:`run_study` that runs chunks on ``jobs`` local processes
+    (worker processes even for ``jobs == 1``, each with one BLAS thread)."""
     from concurrent.futures import ProcessPoolExecutor
 
     def map_fn(fn, items):

@@ -36,6 +36,7 @@ from inference.results import (
     trials_phrase,
     warn_insufficient,
 )
+from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from inference.tangent_space import TargetTriplets, pulled_arm_terms
 from lrbandit_gym import engine
 from lrbandit_gym.validation import (
@@ -391,7 +392,15 @@ class _DebiasedLinearForm:
             nan, nan, n_obs=0, confidence_level=level, method=method, batched=self.batched
         )
 
-    def interval(self, arm: int, target: str, confidence_level: float = 0.95) -> IntervalEstimate:
+    def interval(
+        self,
+        arm: int,
+        target: str,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ) -> IntervalEstimate:
         """Confidence interval for ``m = <M_arm, T>`` (eq. (15), Algorithm 3).
 
         ``m̂ = <M^proj_arm, T>`` and ``se = σ̂·Ŝ/√n``; the p-value is two-sided for
@@ -404,6 +413,14 @@ class _DebiasedLinearForm:
         target : str
             Name of ``T`` given at construction.
         confidence_level : float, default 0.95
+        kind : {"fixed", "sequence"}, default "fixed"
+            "fixed": the paper's interval ``m̂ ± z·se``, valid at a number of rounds fixed in
+            advance.  "sequence": the asymptotic confidence sequence of
+            :mod:`inference.sequences`, valid at every round at once (read it as often as
+            you like and stop on any rule); its p-value is anytime-valid.
+        tuning_n : int, default 1000
+            Round at which the sequence is tightest (``kind="sequence"`` only); fix it
+            before looking at the data.
 
         Returns
         -------
@@ -414,20 +431,36 @@ class _DebiasedLinearForm:
         level = check_confidence_level(confidence_level)
         arm = check_arm(arm, self.n_actions)
         k = check_target_name(target, self._names)
+        kind, tuning_n = check_kind(kind, tuning_n)
         what = f"<M_{arm}, T[{target!r}]>"
         method = f"{what}: {self._method_name}, {self.projection} projection"
+        method += sequence_phrase(kind, tuning_n)
         if self._n == 0:
             self._warn_no_rounds(what)
             return self._nan_interval(level, method)
         n = self._n
         m_hat, sigma2, S2 = self._arm_estimate(arm, k, target)
         se = np.sqrt(sigma2) * np.sqrt(S2) / np.sqrt(n)  # σ̂·Ŝ/√n, eq. (15)
-        return normal_interval(
-            m_hat, se, n_obs=n, confidence_level=level, method=method, batched=self.batched
+        return kind_interval(
+            kind,
+            tuning_n,
+            estimate=m_hat,
+            standard_error=se,
+            n_obs=n,
+            confidence_level=level,
+            method=method,
+            batched=self.batched,
         )
 
     def difference(
-        self, arm_a: int, arm_b: int, target: str, confidence_level: float = 0.95
+        self,
+        arm_a: int,
+        arm_b: int,
+        target: str,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
     ) -> IntervalEstimate:
         """Confidence interval for ``<M_a - M_b, T>`` (Corollary 3.3).
 
@@ -441,6 +474,9 @@ class _DebiasedLinearForm:
             Two different arms.
         target : str
         confidence_level : float, default 0.95
+        kind : {"fixed", "sequence"}, default "fixed"
+        tuning_n : int, default 1000
+            As in :meth:`interval`.
         """
         level = check_confidence_level(confidence_level)
         a = check_arm(arm_a, self.n_actions, "arm_a")
@@ -448,8 +484,10 @@ class _DebiasedLinearForm:
         if a == b:
             raise ValueError(f"arm_a and arm_b must differ, got both = {a}")
         k = check_target_name(target, self._names)
+        kind, tuning_n = check_kind(kind, tuning_n)
         what = f"<M_{a} - M_{b}, T[{target!r}]>"
         method = f"{what}: {self._method_name}, {self.projection} projection (Corollary 3.3)"
+        method += sequence_phrase(kind, tuning_n)
         if self._n == 0:
             self._warn_no_rounds(what)
             return self._nan_interval(level, method)
@@ -457,8 +495,15 @@ class _DebiasedLinearForm:
         m_a, sigma2_a, S2_a = self._arm_estimate(a, k, target)
         m_b, sigma2_b, S2_b = self._arm_estimate(b, k, target)
         se = np.sqrt((sigma2_a * S2_a + sigma2_b * S2_b) / n)  # √((σ̂²_a·Ŝ²_a + σ̂²_b·Ŝ²_b)/n)
-        return normal_interval(
-            m_a - m_b, se, n_obs=n, confidence_level=level, method=method, batched=self.batched
+        return kind_interval(
+            kind,
+            tuning_n,
+            estimate=m_a - m_b,
+            standard_error=se,
+            n_obs=n,
+            confidence_level=level,
+            method=method,
+            batched=self.batched,
         )
 
     # ------------------------------------------------------------------ persistence

@@ -31,6 +31,7 @@ from inference.results import (
     trials_phrase,
     warn_insufficient,
 )
+from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from lrbandit_gym.validation import (
     MIN_PROPENSITY,
     check_actions,
@@ -331,7 +332,13 @@ class OptimalValueInference:
             )
         return np.where(flat, np.nan, est), np.where(flat, np.nan, np.sqrt(S2 / n))
 
-    def interval(self, confidence_level: float = 0.95) -> IntervalEstimate:
+    def interval(
+        self,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ) -> IntervalEstimate:
         """Two-sided confidence interval ``V_hat_n +- z S_hat_V / sqrt(n)`` for ``V*``.
 
         The p-value is two-sided for ``H0: V* = 0``.
@@ -339,6 +346,12 @@ class OptimalValueInference:
         Parameters
         ----------
         confidence_level : float, default 0.95
+        kind : {"fixed", "sequence"}, default "fixed"
+            "fixed": the Wald interval above, valid at a number of rounds fixed in advance.
+            "sequence": the asymptotic confidence sequence of :mod:`inference.sequences`,
+            valid at every round at once; its p-value is anytime-valid.
+        tuning_n : int, default 1000
+            Round at which the sequence is tightest (``kind="sequence"`` only).
 
         Returns
         -------
@@ -347,10 +360,11 @@ class OptimalValueInference:
             where ``S_hat_V^2 = 0``.
         """
         level = check_confidence_level(confidence_level)
+        kind, tuning_n = check_kind(kind, tuning_n)
         method = (
             f"optimal value V*: doubly robust online estimate ({self.propensities} "
             f"propensities), two-sided Wald interval"
-        )
+        ) + sequence_phrase(kind, tuning_n)
         out = self._value_and_se("V*")
         if out is None:
             nan = np.full(self._B, np.nan)
@@ -358,11 +372,25 @@ class OptimalValueInference:
                 nan, nan, n_obs=self._n, confidence_level=level, method=method, batched=self.batched
             )
         est, se = out
-        return normal_interval(
-            est, se, n_obs=self._n, confidence_level=level, method=method, batched=self.batched
+        return kind_interval(
+            kind,
+            tuning_n,
+            estimate=est,
+            standard_error=se,
+            n_obs=self._n,
+            confidence_level=level,
+            method=method,
+            batched=self.batched,
         )
 
-    def test_greater(self, v0: Any, confidence_level: float = 0.95) -> IntervalEstimate:
+    def test_greater(
+        self,
+        v0: Any,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ) -> IntervalEstimate:
         """One-sided test of ``H0: V* <= v0`` against ``H1: V* > v0`` (eq. (5)).
 
         Parameters
@@ -371,6 +399,12 @@ class OptimalValueInference:
             Threshold value ``V_0``.
         confidence_level : float, default 0.95
             Level of the one-sided lower confidence bound reported as ``low``.
+        kind : {"fixed", "sequence"}, default "fixed"
+            "sequence": the one-sided confidence sequence of :mod:`inference.sequences`;
+            ``p_value`` is then anytime-valid (``P(p_n ≤ α for some n) ≤ α`` under ``H0``),
+            so the test may be run at every round and stopped at the first rejection.
+        tuning_n : int, default 1000
+            Round at which the sequence is tightest (``kind="sequence"`` only).
 
         Returns
         -------
@@ -387,10 +421,11 @@ class OptimalValueInference:
             except (TypeError, ValueError):
                 pass  # reported by the check below
         v = check_batch_vector(v0, self.n_trials, "v0")
+        kind, tuning_n = check_kind(kind, tuning_n)
         method = (
             f"optimal value V*: one-sided test of H0: V* <= v0 ({self.propensities} "
             f"propensities); p_value is one-sided, high = inf"
-        )
+        ) + sequence_phrase(kind, tuning_n)
         out = self._value_and_se("V*")
         if out is None:
             nan = np.full(self._B, np.nan)
@@ -405,9 +440,11 @@ class OptimalValueInference:
                 alternative="greater",
             )
         est, se = out
-        return normal_interval(
-            est,
-            se,
+        return kind_interval(
+            kind,
+            tuning_n,
+            estimate=est,
+            standard_error=se,
             n_obs=self._n,
             confidence_level=level,
             method=method,

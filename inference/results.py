@@ -141,7 +141,9 @@ def critical_value(confidence_level: float, two_sided: bool = True) -> float:
     return float(ndtri(confidence_level))
 
 
-def _finish(value: np.ndarray, batched: bool) -> Any:
+def finish_array(value: np.ndarray, batched: bool) -> Any:
+    """``value`` as returned in an :class:`IntervalEstimate`: the array when batched, else
+    its single entry as a Python scalar."""
     return value if batched else value.reshape(-1)[0].item()
 
 
@@ -198,12 +200,12 @@ def normal_interval(
     p = np.where(bad, np.nan, p)
     n = np.full(est.shape, int(n_obs), dtype=np.int64) if batched else int(n_obs)
     return IntervalEstimate(
-        estimate=_finish(est, batched),
-        low=_finish(low, batched),
-        high=_finish(high, batched),
+        estimate=finish_array(est, batched),
+        low=finish_array(low, batched),
+        high=finish_array(high, batched),
         confidence_level=float(confidence_level),
-        standard_error=_finish(se, batched),
-        p_value=_finish(p, batched),
+        standard_error=finish_array(se, batched),
+        p_value=finish_array(p, batched),
         n_obs=n,
         method=method,
     )

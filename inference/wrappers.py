@@ -38,6 +38,7 @@ from inference.estimator_feed import EstimatorFeed
 from inference.linear_form import LinearFormInference
 from inference.optimal_value import OptimalValueInference
 from inference.results import IntervalEstimate, format_table
+from inference.sequences import DEFAULT_TUNING_N
 from inference.watcher import InferenceWrapperBase
 
 __all__ = [
@@ -105,35 +106,67 @@ class _ParameterMixin(InferenceWrapperBase):
             info["standard_error"] = {name: se[..., k] for k, name in enumerate(self.target_names)}
         return info
 
-    def interval(self, arm: int, target: str, confidence_level: float = 0.95) -> IntervalEstimate:
-        """Confidence interval for ``<M_arm, T>`` (Algorithm 3; see
-        :meth:`inference.LinearFormInference.interval`)."""
+    def interval(
+        self,
+        arm: int,
+        target: str,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ) -> IntervalEstimate:
+        """Confidence interval for ``<M_arm, T>`` (Algorithm 3), or with
+        ``kind="sequence"`` the anytime-valid confidence sequence tuned at ``tuning_n``
+        (see :meth:`inference.LinearFormInference.interval`)."""
         with self._one_warning():
-            return self.core.interval(arm, target, confidence_level)
+            return self.core.interval(arm, target, confidence_level, kind=kind, tuning_n=tuning_n)
 
     def difference(
-        self, arm_a: int, arm_b: int, target: str, confidence_level: float = 0.95
+        self,
+        arm_a: int,
+        arm_b: int,
+        target: str,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
     ) -> IntervalEstimate:
-        """Confidence interval for ``<M_a − M_b, T>`` (Corollary 3.3)."""
+        """Confidence interval for ``<M_a − M_b, T>`` (Corollary 3.3); ``kind`` and
+        ``tuning_n`` as in :meth:`interval`."""
         with self._one_warning():
-            return self.core.difference(arm_a, arm_b, target, confidence_level)
+            return self.core.difference(
+                arm_a, arm_b, target, confidence_level, kind=kind, tuning_n=tuning_n
+            )
 
-    def results(self, confidence_level: float = 0.95) -> list[tuple[str, IntervalEstimate]]:
+    def results(
+        self,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ) -> list[tuple[str, IntervalEstimate]]:
         """Every arm, target and pairwise difference as ``(label, IntervalEstimate)``."""
+        opts = {"kind": kind, "tuning_n": tuning_n}
         rows = []
         for name in self.target_names:
             for a in range(self.n_actions):
-                rows.append((f"<M_{a}, {name}>", self.interval(a, name, confidence_level)))
+                rows.append((f"<M_{a}, {name}>", self.interval(a, name, confidence_level, **opts)))
             for a in range(self.n_actions):
                 for b in range(a + 1, self.n_actions):
-                    rows.append(
-                        (f"<M_{b} - M_{a}, {name}>", self.difference(b, a, name, confidence_level))
-                    )
+                    ci = self.difference(b, a, name, confidence_level, **opts)
+                    rows.append((f"<M_{b} - M_{a}, {name}>", ci))
         return rows
 
-    def summary(self, confidence_level: float = 0.95) -> str:
+    def summary(
+        self,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ) -> str:
         """A text table of every arm, target and difference (trial 0 under a vector env)."""
-        return format_table(self.results(confidence_level), self.n_trials, confidence_level)
+        rows = self.results(confidence_level, kind=kind, tuning_n=tuning_n)
+        return format_table(rows, self.n_trials, confidence_level)
 
     @property
     def parameter_inference(self):
@@ -183,24 +216,52 @@ class _ValueMixin(InferenceWrapperBase):
             info["standard_error"] = np.sqrt(self.core.S2_V / n)
         return info
 
-    def interval(self, confidence_level: float = 0.95) -> IntervalEstimate:
-        """Confidence interval for ``V*`` (Section 4, Theorem 4.2)."""
+    def interval(
+        self,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ) -> IntervalEstimate:
+        """Confidence interval for ``V*`` (Section 4, Theorem 4.2), or with
+        ``kind="sequence"`` the anytime-valid confidence sequence tuned at ``tuning_n``."""
         with self._one_warning():
-            return self.core.interval(confidence_level)
+            return self.core.interval(confidence_level, kind=kind, tuning_n=tuning_n)
 
-    def test_greater(self, v0: float, confidence_level: float = 0.95) -> IntervalEstimate:
+    def test_greater(
+        self,
+        v0: float,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ) -> IntervalEstimate:
         """One-sided test of ``H0: V* ≤ v0`` (eq. 5), with the one-sided interval at
-        ``confidence_level`` (see :meth:`inference.OptimalValueInference.test_greater`)."""
+        ``confidence_level``; ``kind="sequence"`` makes the p-value anytime-valid (see
+        :meth:`inference.OptimalValueInference.test_greater`)."""
         with self._one_warning():
-            return self.core.test_greater(v0, confidence_level)
+            return self.core.test_greater(v0, confidence_level, kind=kind, tuning_n=tuning_n)
 
-    def results(self, confidence_level: float = 0.95) -> list[tuple[str, IntervalEstimate]]:
+    def results(
+        self,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ) -> list[tuple[str, IntervalEstimate]]:
         """The optimal value's interval as ``[("V*", IntervalEstimate)]``."""
-        return [("V*", self.interval(confidence_level))]
+        return [("V*", self.interval(confidence_level, kind=kind, tuning_n=tuning_n))]
 
-    def summary(self, confidence_level: float = 0.95) -> str:
+    def summary(
+        self,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ) -> str:
         """A text table of ``V*`` (trial 0 under a vector env)."""
-        return format_table(self.results(confidence_level), self.n_trials, confidence_level)
+        rows = self.results(confidence_level, kind=kind, tuning_n=tuning_n)
+        return format_table(rows, self.n_trials, confidence_level)
 
     @property
     def value_inference(self):

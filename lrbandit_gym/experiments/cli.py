@@ -126,6 +126,8 @@ def _reproduce(args: argparse.Namespace) -> int:
         ranks=None if args.ranks is None else tuple(args.ranks),
         warm_start=args.warm_start,
         engine=args.engine,
+        uniform_from=args.uniform_from,
+        tuning_n=args.tuning_n,
     )
     return 0
 
@@ -251,6 +253,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="per-round arithmetic: numba kernels (fast extra) or numpy (default auto: "
         "numba when installed); same numbers up to rounding",
+    )
+    rep.add_argument(
+        "--uniform-from",
+        type=positive_int,
+        default=None,
+        metavar="N0",
+        help="also report time-uniform coverage: read every interval at every round from N0 "
+        "to the last checkpoint, as fixed-n intervals and as confidence sequences",
+    )
+    rep.add_argument(
+        "--tuning-n",
+        type=positive_int,
+        default=None,
+        help="round at which the confidence sequences are tightest (default 1000)",
     )
     rep.set_defaults(func=_reproduce)
 

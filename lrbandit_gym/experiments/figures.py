@@ -60,7 +60,7 @@ class MatplotlibMissing(ImportError):
     """Raised by the figure functions when matplotlib cannot be imported."""
 
 
-def _figure_class():
+def figure_class():
     """``matplotlib.figure.Figure``, or :class:`MatplotlibMissing`."""
     try:
         import matplotlib  # noqa: F401  (the package first: a blocked package must fail here)
@@ -70,9 +70,9 @@ def _figure_class():
     return Figure
 
 
-def _figure(n_rows: int, n_cols: int, panel: tuple[float, float]):
+def panel_figure(n_rows: int, n_cols: int, panel: tuple[float, float]):
     """A headless ``Figure`` with an ``(n_rows, n_cols)`` array of axes."""
-    Figure = _figure_class()
+    Figure = figure_class()
     # At least 6.5 inches wide, so that a one-panel figure still has room for its title.
     width = max(panel[0] * n_cols, 6.5)
     fig = Figure(figsize=(width, panel[1] * n_rows), layout="constrained")
@@ -204,7 +204,8 @@ def _hide_unused(keys, axes) -> None:
             ax.set_visible(False)
 
 
-def _check_path(path) -> Path:
+def check_png_path(path) -> Path:
+    """``path`` as a ``Path`` ending in ``.png``, its folder created."""
     path = Path(path)
     if path.suffix.lower() != ".png":
         raise ValueError(f"path must name a .png file; got {str(path)!r}")
@@ -252,7 +253,7 @@ def zscore_figure(
     Path
     """
     _check_result(result)
-    path = _check_path(path)
+    path = check_png_path(path)
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
         raise ValueError(f"bins must be an integer >= 2; got {bins!r}")
     if not (np.isfinite(z_max) and z_max > 0):
@@ -264,7 +265,7 @@ def zscore_figure(
     ns = [int(n) for n in result["checkpoints"]]
     single = len(keys) == 1
     n_rows, n_cols = (1, len(ns)) if single else (len(ns), len(keys))
-    fig, axes = _figure(n_rows, n_cols, (2.9, 2.3))
+    fig, axes = panel_figure(n_rows, n_cols, (2.9, 2.3))
     edges = np.linspace(-z_max, z_max, bins + 1)
     grid = np.linspace(-z_max, z_max, 301)
     for c, n in enumerate(ns):
@@ -360,12 +361,12 @@ def length_figure(
 
 def _against_n(result, path, what, confidence_level, reference, title) -> Path:
     _check_result(result)
-    path = _check_path(path)
+    path = check_png_path(path)
     level = _check_level(confidence_level)
     rows = _summary(result, level)
     keys = _panel_keys(rows)
     n_rows, n_cols = _grid(keys)
-    fig, axes = _figure(n_rows, n_cols, (3.2, 2.6))
+    fig, axes = panel_figure(n_rows, n_cols, (3.2, 2.6))
     z = stats.norm.ppf(0.5 + level / 2)
     for key in keys:
         ax = _axis_for(keys, key, axes)
@@ -462,7 +463,7 @@ def study_figures(
     """
     if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "/\\"):
         raise ValueError(f"prefix must be a non-empty file-name prefix; got {prefix!r}")
-    _figure_class()  # fail before any file is written
+    figure_class()  # fail before any file is written
     out = Path(out)
     title = prefix if title is None else title
     return [

@@ -32,6 +32,7 @@ from lrbandit_gym.experiments.studies import (
     process_map,
     run_study,
     summarize_parameters,
+    summarize_uniform,
     summarize_value,
 )
 
@@ -414,6 +415,11 @@ def _write_figures(study, settings, results, out: Path, stream) -> list[str]:
             )
             return []
         paths += [str(p) for p in written]
+        if "uniform_rounds" in results[label]:
+            from lrbandit_gym.experiments.sequence_figures import uniform_figures
+
+            written = uniform_figures(results[label], out, prefix, title=title)
+            paths += [str(p) for p in written]
     print(f"figures: {', '.join(Path(p).name for p in paths)}", file=stream)
     return paths
 
@@ -467,6 +473,8 @@ def reproduce(
     ranks: tuple[int, ...] | None = None,
     warm_start: int | None = None,
     engine: str | None = None,
+    uniform_from: int | None = None,
+    tuning_n: int | None = None,
     stream=None,
 ) -> dict:
     """Run one study and write its outputs into ``out``.
@@ -499,6 +507,15 @@ def reproduce(
     engine : {"auto", "numpy", "numba"}, optional
         The engine of :mod:`lrbandit_gym.engine` (default: the current choice, "auto"
         unless set); recorded in the JSON.  Both give the same numbers up to rounding.
+    uniform_from : int, optional
+        Also report time-uniform coverage: every interval is read at *every* online round
+        from ``uniform_from`` (n₀) to the last checkpoint, as a fixed-n interval and as a
+        confidence sequence, and a trial counts as covered only if the truth stayed inside
+        at all of them (``{study}_uniform.csv``, figures ``*_sequences.png`` and
+        ``*_uniform.png``).  Not for ``ensemble``.
+    tuning_n : int, optional
+        Round at which the confidence sequences are tightest (default: the inference
+        package's, 1000).
 
     Returns
     -------
@@ -521,6 +538,8 @@ def reproduce(
                 compare_projection=compare_projection,
                 ranks=ranks,
                 warm_start=warm_start,
+                uniform_from=uniform_from,
+                tuning_n=tuning_n,
                 stream=stream,
             )
     if study not in STUDIES:
@@ -555,12 +574,35 @@ def reproduce(
         configs = {
             k: dataclasses.replace(c, warm_start=int(warm_start)) for k, c in configs.items()
         }
+    if uniform_from is not None or tuning_n is not None:
+        if study == "ensemble":
+            raise ValueError("uniform_from and tuning_n do not apply to the ensemble study")
+        if uniform_from is None:
+            raise ValueError("tuning_n needs uniform_from (the first round checked)")
+        for name, value in (("uniform_from", uniform_from), ("tuning_n", tuning_n)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1
+            ):
+                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        if uniform_from > max(n):
+            raise ValueError(
+                f"uniform_from must be at most the last checkpoint {max(n)}; got {uniform_from}"
+            )
+        configs = {
+            k: dataclasses.replace(
+                c,
+                uniform_from=int(uniform_from),
+                tuning_n=None if tuning_n is None else int(tuning_n),
+                trace_trials=2 if figures else 0,
+            )
+            for k, c in configs.items()
+        }
     if backend not in ("local", "ray"):
         raise ValueError(f"backend must be 'local' or 'ray'; got {backend!r}")
     map_fn = _ray_map(jobs) if backend == "ray" else _local_map(jobs, sys.stderr)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    rows, timing, results, diagnostics = [], {}, {}, {}
+    rows, timing, results, diagnostics, uniform_rows = [], {}, {}, {}, []
     for label, config in configs.items():
         print(
             f"{study} {label}: {trials} trials, n = {list(config.checkpoints)}, "
@@ -590,6 +632,8 @@ def reproduce(
         diagnostics[label] = _diagnostics(config, result)
         for r in _summaries(study, config, result):
             rows.append({"study": study, "setting": label, "method": r.pop("method", "ours"), **r})
+        for r in summarize_uniform(result):
+            uniform_rows.append({"study": study, "setting": label, **r})
         print(
             f"  run {seconds:.1f} s; drawing its contexts alone: {baseline:.1f} s "
             f"(timed before and after the run: {before:.1f} s, {after:.1f} s; "
@@ -600,6 +644,8 @@ def reproduce(
             timing[label]["phases"] = _phase_breakdown(config, phases, baseline * jobs)
             print(_phase_line(timing[label]["phases"]), file=stream)
     _print_table(study, rows, stream)
+    if uniform_rows:
+        _print_uniform(uniform_rows, stream)
     if study == "ensemble":
         _print_ensemble(rows, next(iter(diagnostics.values())), stream)
     raw = save_raw(out / f"{study}.npz", study, results)
@@ -626,12 +672,20 @@ def reproduce(
         "raw": str(raw),
         "figures": paths,
         "rows": rows,
+        "uniform_from": uniform_from,
+        "tuning_n": tuning_n,
+        "uniform_rows": uniform_rows,
     }
     (out / f"{study}.json").write_text(json.dumps(meta, indent=2, default=float))
     with open(out / f"{study}.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    if uniform_rows:
+        with open(out / f"{study}_uniform.csv", "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(uniform_rows[0]))
+            writer.writeheader()
+            writer.writerows(uniform_rows)
     print(
         f"wrote {out / (study + '.csv')}, {out / (study + '.json')} and {raw}",
         file=stream,
@@ -727,3 +781,27 @@ def _print_ensemble(rows, diagnostics, stream) -> None:
         f"plug_in = (1/n) sum_t q_t without the correction (a control, same se)",
         file=stream,
     )
+
+
+def _print_uniform(rows, stream) -> None:
+    """The time-uniform coverage table: fixed-n intervals against confidence sequences."""
+    first = rows[0]
+    print(
+        f"\ntime-uniform coverage, read at every round n = {first['n0']}..{first['N']} "
+        f"(sequences tuned at n = {first['tuning_n']}; at N a sequence is "
+        f"{first['width_ratio']:.2f}x the fixed-n interval's width)",
+        file=stream,
+    )
+    head = (
+        f"{'setting':<8}{'target':<7}{'quantity':<15}{'fixed at N':>11}"
+        f"{'fixed, all n':>16}{'sequence, all n':>19}"
+    )
+    print(head, file=stream)
+    print("-" * len(head), file=stream)
+    for r in rows:
+        print(
+            f"{r['setting']:<8}{r['target']:<7}{r['quantity']:<15}{r['fixed_at_N']:>11.3f}"
+            f"{r['uniform_fixed']:>9.3f} ±{r['uniform_fixed_mcse']:.3f}"
+            f"{r['uniform_sequence']:>12.3f} ±{r['uniform_sequence_mcse']:.3f}",
+            file=stream,
+        )

@@ -30,6 +30,8 @@ __all__ = [
     "run_study",
     "summarize_parameters",
     "summarize_value",
+    "summarize_uniform",
+    "UniformTracker",
 ]
 
 #: What :func:`run_study` times in every chunk (wall-clock seconds in the process running it):
@@ -71,6 +73,17 @@ class StudyConfig:
     #: projection), the negative controls "no_ipw"/"no_debias" (LinearFormInference), and
     #: "exploration_only" (the baseline of the paper's Table 3).
     variants: tuple[str, ...] = ()
+    #: Time-uniform coverage: from this online round on (n₀) up to the last checkpoint,
+    #: every interval of the study's own procedure is read at *every* round, both the
+    #: fixed-n interval and the confidence sequence, and a trial counts as covered only if
+    #: the truth stays inside at all of those rounds.  None: checkpoints only.
+    uniform_from: int | None = None
+    #: Round at which the confidence sequences are tightest (``tuning_n``; None: the
+    #: inference package's default).
+    tuning_n: int | None = None
+    #: Record every round's intervals (fixed and sequence, from ``uniform_from`` on) of this
+    #: many trials of each chunk, for the figures.
+    trace_trials: int = 0
     extra: dict = field(default_factory=dict)
 
     def replace(self, **changes) -> StudyConfig:
@@ -203,6 +216,9 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
         out[p + "se"] = np.full((n_c, len(names), k, n_trials), np.nan)
         out[p + "diff_estimate"] = np.full((n_c, len(names), n_trials), np.nan)
         out[p + "diff_se"] = np.full((n_c, len(names), n_trials), np.nan)
+    tracker = None
+    if config.uniform_from is not None:
+        tracker = UniformTracker(cores.get(""), value, names, k, n_trials, config, checkpoints[-1])
     obs, _ = env.reset(seed=int(env_seed.generate_state(1)[0]))
     online = 0
     # Wall-clock marks: loop start, before and after the update that runs the warm-start
@@ -226,6 +242,8 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
             continue
         online += 1
         out["regret"] += info["regret"]
+        if tracker is not None and online >= config.uniform_from:
+            tracker.read(online, out["truth"], out["optimal_value"])
         if online not in checkpoints:
             continue
         c = checkpoints.index(online)
@@ -247,9 +265,103 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
             out["value_estimate"][c] = ci.estimate
             out["value_se"][c] = ci.standard_error
     marks[3] = time.perf_counter()
+    if tracker is not None:
+        out.update(tracker.results())
     out["checkpoints"] = np.asarray(checkpoints)
     out["phase_seconds"] = np.diff(marks)
     return out
+
+
+class UniformTracker:
+    """Reads every interval of a study at every round from ``config.uniform_from`` on and
+    keeps, per trial, whether the truth has stayed inside so far (time-uniform coverage).
+
+    Both kinds are read through the wrappers' public ``interval``/``difference``:
+    ``kind="fixed"`` (the paper's intervals) and ``kind="sequence"`` (the confidence
+    sequences, tuned at ``config.tuning_n``).  ``results`` gives boolean arrays
+    ``uniform:{kind}:covered`` ``(n_T, K, B)``, ``uniform:{kind}:diff_covered`` ``(n_T, B)``
+    and ``uniform:{kind}:value_covered`` ``(B,)``, the rounds checked, and, for the first
+    ``config.trace_trials`` trials, every round's bounds (``trace:*``).
+    """
+
+    KINDS = ("fixed", "sequence")
+
+    def __init__(self, param, value, names, k, n_trials, config, last: int) -> None:
+        from inference.sequences import DEFAULT_TUNING_N
+
+        self.param, self.value, self.names, self.k = param, value, list(names), k
+        self.opts = {"tuning_n": config.tuning_n or DEFAULT_TUNING_N}
+        self.first, self.last = int(config.uniform_from), int(last)
+        if not 1 <= self.first <= self.last:
+            raise ValueError(
+                f"uniform_from must be in [1, {self.last}] (the last checkpoint); "
+                f"got {config.uniform_from!r}"
+            )
+        n_t = len(self.names)
+        self.covered = {
+            kind: {
+                "covered": np.ones((n_t, k, n_trials), bool),
+                "diff_covered": np.ones((n_t, n_trials), bool),
+                "value_covered": np.ones(n_trials, bool),
+            }
+            for kind in self.KINDS
+        }
+        self.n_trace = min(int(config.trace_trials), n_trials)
+        rounds = self.last - self.first + 1
+        self.trace = {}
+        if self.n_trace:
+            for kind in self.KINDS:
+                for bound in ("low", "high"):
+                    self.trace[f"trace:{kind}:{bound}"] = np.full(
+                        (rounds, n_t, k, self.n_trace), np.nan
+                    )
+                    self.trace[f"trace:{kind}:value_{bound}"] = np.full(
+                        (rounds, self.n_trace), np.nan
+                    )
+            self.trace["trace:point"] = np.full((rounds, n_t, k, self.n_trace), np.nan)
+            self.trace["trace:value_point"] = np.full((rounds, self.n_trace), np.nan)
+
+    def read(self, n: int, truth: np.ndarray, optimal_value) -> None:
+        """Read round ``n``'s intervals and update the running coverage."""
+        import warnings
+
+        from inference import InsufficientDataWarning
+
+        row = n - self.first
+        m = self.n_trace
+        with warnings.catch_warnings():
+            # an arm not yet pulled gives NaN (counted as not covered), warned once per read
+            warnings.simplefilter("ignore", InsufficientDataWarning)
+            for kind in self.KINDS:
+                cov = self.covered[kind]
+                opts = {"kind": kind, **self.opts}
+                for j, name in enumerate(self.names if self.param is not None else []):
+                    for arm in range(self.k):
+                        ci = self.param.interval(arm, name, **opts)
+                        cov["covered"][j, arm] &= ci.contains(truth[j, arm])
+                        if m:
+                            self.trace[f"trace:{kind}:low"][row, j, arm] = ci.low[:m]
+                            self.trace[f"trace:{kind}:high"][row, j, arm] = ci.high[:m]
+                            self.trace["trace:point"][row, j, arm] = ci.estimate[:m]
+                    ci = self.param.difference(1, 0, name, **opts)
+                    cov["diff_covered"][j] &= ci.contains(truth[j, 1] - truth[j, 0])
+                if self.value is not None:
+                    ci = self.value.interval(**opts)
+                    cov["value_covered"] &= ci.contains(float(optimal_value))
+                    if m:
+                        self.trace[f"trace:{kind}:value_low"][row] = ci.low[:m]
+                        self.trace[f"trace:{kind}:value_high"][row] = ci.high[:m]
+                        self.trace["trace:value_point"][row] = ci.estimate[:m]
+
+    def results(self) -> dict[str, np.ndarray]:
+        out = {
+            f"uniform:{kind}:{key}": arr
+            for kind, arrays in self.covered.items()
+            for key, arr in arrays.items()
+        }
+        out["uniform_rounds"] = np.array([self.first, self.last, self.opts["tuning_n"]])
+        out.update(self.trace)
+        return out
 
 
 def _concat(chunks: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -258,7 +370,7 @@ def _concat(chunks: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     for key, value in first.items():
         if key == "phase_seconds":  # timings, not results: summed, kept apart by run_study
             merged[key] = np.sum([c[key] for c in chunks], axis=0)
-        elif key in ("truth", "optimal_value", "checkpoints"):
+        elif key in ("truth", "optimal_value", "checkpoints", "uniform_rounds"):
             merged[key] = value
         else:
             merged[key] = np.concatenate([c[key] for c in chunks], axis=-1)
@@ -451,4 +563,64 @@ def summarize_value(result: dict, confidence_level: float = 0.95) -> list[dict]:
             confidence_level,
         )
         rows.append({"n": int(n), "target": "V*", "quantity": "optimal value", **s})
+    return rows
+
+
+def summarize_uniform(result: dict, confidence_level: float = 0.95) -> list[dict]:
+    """Time-uniform coverage, one row per target × (arm or difference) and for ``V*``.
+
+    Columns: ``n0``/``N`` (the rounds checked, every round from ``n0`` to ``N``),
+    ``tuning_n``, the fixed-n coverage at ``N`` (``fixed_at_N``), the time-uniform coverage
+    of the fixed-n intervals (``uniform_fixed``) and of the confidence sequences
+    (``uniform_sequence``), each with its Monte Carlo s.e., and the sequence's width
+    relative to the fixed-n interval at ``N`` (``width_ratio``).  Empty when the study ran
+    without ``uniform_from``.
+    """
+    if "uniform_rounds" not in result:
+        return []
+    from inference.results import critical_value
+    from inference.sequences import sequence_factor
+
+    n0, big_n, tuning = (int(v) for v in result["uniform_rounds"])
+    alpha = 1.0 - confidence_level
+    ratio = float(np.sqrt(big_n) * sequence_factor(big_n, alpha, tuning))
+    ratio /= critical_value(confidence_level)
+    base = {"n0": n0, "N": big_n, "tuning_n": tuning, "width_ratio": ratio}
+    fixed_rows = summarize_parameters(result, confidence_level) if "estimate" in result else []
+    if np.isfinite(result["optimal_value"]):
+        fixed_rows += summarize_value(result, confidence_level)
+    at_n = {(r["target"], r["quantity"]): r["coverage"] for r in fixed_rows if r["n"] == big_n}
+
+    def row(target, quantity, fixed, seq):
+        out = {"target": target, "quantity": quantity, **base}
+        out["fixed_at_N"] = at_n.get((target, quantity), np.nan)
+        for label, cov in (("uniform_fixed", fixed), ("uniform_sequence", seq)):
+            p = float(np.mean(cov))
+            out[label] = p
+            out[label + "_mcse"] = float(np.sqrt(p * (1 - p) / cov.size))
+        return out
+
+    rows = []
+    fixed, seq = result["uniform:fixed:covered"], result["uniform:sequence:covered"]
+    names = ["T1", "T2"][: fixed.shape[0]]
+    for j, name in enumerate(names):
+        for arm in range(fixed.shape[1]):
+            rows.append(row(name, f"arm {arm}", fixed[j, arm], seq[j, arm]))
+        rows.append(
+            row(
+                name,
+                "arm 1 - arm 0",
+                result["uniform:fixed:diff_covered"][j],
+                result["uniform:sequence:diff_covered"][j],
+            )
+        )
+    if np.isfinite(result["optimal_value"]):
+        rows.append(
+            row(
+                "V*",
+                "optimal value",
+                result["uniform:fixed:value_covered"],
+                result["uniform:sequence:value_covered"],
+            )
+        )
     return rows

@@ -1,0 +1,146 @@
+"""Confidence sequences (inference.sequences, docs/method.md §7): the boundary, its
+anytime validity on martingale averages, the p-values, and the read-outs' ``kind``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from inference import LinearFormInference, OptimalValueInference
+from inference.results import critical_value
+from inference.sequences import sequence_factor, sequence_interval
+
+ALPHA = 0.05
+
+
+def _running(trials: int, rounds: int, seed: int, scale=None):
+    """Running means and standard errors ``ŝ/√n`` of ``trials`` streams of N(0, s²) draws
+    whose scale changes over time (a martingale-difference stream, not i.i.d.)."""
+    rng = np.random.default_rng(seed)
+    scale = np.where(np.arange(rounds) % 3 == 0, 2.0, 0.5) if scale is None else scale
+    x = rng.standard_normal((rounds, trials)) * scale[:, None]
+    n = np.arange(1, rounds + 1)[:, None]
+    mean = np.cumsum(x, axis=0) / n
+    var = np.cumsum(x * x, axis=0) / n  # mean zero is known: E[x_t² | past] = scale_t²
+    return mean, np.sqrt(var / n)
+
+
+def _uniform_coverage(mean, se, first: int, kind: str, tuning_n: int, se_factor: float = 1.0):
+    covered = np.ones(mean.shape[1], bool)
+    for row in range(first - 1, mean.shape[0]):
+        n = row + 1
+        if kind == "sequence":
+            ci = sequence_interval(
+                mean[row],
+                se[row] * se_factor,
+                n_obs=n,
+                confidence_level=1 - ALPHA,
+                tuning_n=tuning_n,
+                method="test",
+                batched=True,
+            )
+            low, high = ci.low, ci.high
+        else:
+            half = critical_value(1 - ALPHA) * se[row] * se_factor
+            low, high = mean[row] - half, mean[row] + half
+        covered &= (low <= 0) & (0 <= high)
+    return covered.mean()
+
+
+def test_sequences_cover_a_martingale_average_at_every_round_and_fixed_intervals_do_not():
+    mean, se = _running(trials=4000, rounds=2000, seed=1)
+    mcse = np.sqrt(ALPHA * (1 - ALPHA) / 4000)
+    seq = _uniform_coverage(mean, se, first=50, kind="sequence", tuning_n=500)
+    fixed = _uniform_coverage(mean, se, first=50, kind="fixed", tuning_n=500)
+    assert seq >= 1 - ALPHA - 3 * mcse, seq
+    assert fixed < 0.80, fixed  # reading a fixed-n interval at every round over-rejects
+    # a variance off by a factor of 2 must break the guarantee
+    small = _uniform_coverage(
+        mean, se, first=50, kind="sequence", tuning_n=500, se_factor=np.sqrt(0.5)
+    )
+    assert small < 1 - ALPHA - 6 * mcse, small
+
+
+def test_width_ratio_and_tuning():
+    # tightest near tuning_n: the half-width in units of the fixed-n interval's is smallest there
+    ns = np.arange(100, 20001, 50)
+    ratio = np.sqrt(ns) * sequence_factor(ns, ALPHA, 2000) / critical_value(1 - ALPHA)
+    assert 1500 <= ns[np.argmin(ratio)] <= 3000
+    assert 1.4 < ratio.min() < 1.7
+    with pytest.raises(ValueError, match="tuning_n"):
+        LinearFormInference(3, 3, 1, 2, {"T": np.eye(3)}).interval(
+            0, "T", kind="sequence", tuning_n=0
+        )
+
+
+def test_p_values_agree_with_the_sequence_and_are_anytime_valid():
+    rng = np.random.default_rng(3)
+    est, se = rng.normal(size=2000), np.full(2000, 0.05)
+    ci = sequence_interval(
+        est, se, n_obs=400, confidence_level=0.9, tuning_n=300, method="t", batched=True
+    )
+    outside = (ci.low > 0) | (ci.high < 0)
+    np.testing.assert_array_equal(outside, ci.p_value <= 0.1)
+    one = sequence_interval(
+        est,
+        se,
+        n_obs=400,
+        confidence_level=0.9,
+        tuning_n=300,
+        method="t",
+        batched=True,
+        null_value=0.0,
+        alternative="greater",
+    )
+    np.testing.assert_array_equal(one.low > 0, one.p_value <= 0.1)
+    assert np.all(np.isinf(one.high))
+    # one-sided, under H0 at its boundary: P(p_n <= alpha at some n) <= alpha
+    mean, se = _running(trials=4000, rounds=1500, seed=4)
+    rejected = np.zeros(4000, bool)
+    for row in range(49, 1500):
+        ci = sequence_interval(
+            mean[row],
+            se[row],
+            n_obs=row + 1,
+            confidence_level=1 - ALPHA,
+            tuning_n=400,
+            method="t",
+            batched=True,
+            alternative="greater",
+        )
+        rejected |= ci.p_value <= ALPHA
+    assert rejected.mean() <= ALPHA + 3 * np.sqrt(ALPHA * (1 - ALPHA) / 4000), rejected.mean()
+
+
+def _fed_linear_form(rounds=300, seed=0):
+    rng = np.random.default_rng(seed)
+    inf = LinearFormInference(4, 3, rank=1, n_actions=2, targets={"T": np.eye(4, 3)})
+    U, V = rng.standard_normal((2, 4, 1)), rng.standard_normal((2, 3, 1))
+    for t in range(rounds):
+        inf.update(
+            U, V, rng.standard_normal((4, 3)), t % 2, float(rng.normal()), np.array([0.5, 0.5])
+        )
+    return inf
+
+
+def test_read_outs_offer_the_sequence_with_the_same_estimate_and_standard_error():
+    inf = _fed_linear_form()
+    n = inf.n_obs
+    for fixed, seq in (
+        (inf.interval(0, "T"), inf.interval(0, "T", kind="sequence", tuning_n=200)),
+        (inf.difference(1, 0, "T"), inf.difference(1, 0, "T", kind="sequence", tuning_n=200)),
+    ):
+        assert seq.estimate == fixed.estimate and seq.standard_error == fixed.standard_error
+        half = fixed.standard_error * np.sqrt(n) * sequence_factor(n, ALPHA, 200)
+        assert seq.high - seq.estimate == pytest.approx(half, rel=1e-12)
+        assert "confidence sequence tuned at n = 200" in seq.method
+    with pytest.raises(ValueError, match="kind"):
+        inf.interval(0, "T", kind="anytime")
+    vi = OptimalValueInference(2)
+    rng = np.random.default_rng(1)
+    for t in range(200):
+        vi.update(rng.normal(size=2), t % 2, float(rng.normal()), np.array([0.5, 0.5]))
+    fixed, seq = vi.interval(), vi.interval(kind="sequence")
+    assert seq.width > fixed.width and seq.estimate == fixed.estimate
+    g_fixed, g_seq = vi.test_greater(-1.0), vi.test_greater(-1.0, kind="sequence")
+    assert g_seq.low < g_fixed.low and g_seq.p_value >= g_fixed.p_value

@@ -144,3 +144,29 @@ def test_read_outs_offer_the_sequence_with_the_same_estimate_and_standard_error(
     assert seq.width > fixed.width and seq.estimate == fixed.estimate
     g_fixed, g_seq = vi.test_greater(-1.0), vi.test_greater(-1.0, kind="sequence")
     assert g_seq.low < g_fixed.low and g_seq.p_value >= g_fixed.p_value
+
+
+@pytest.mark.slow
+def test_a_study_reads_every_round_and_the_sequences_keep_time_uniform_coverage():
+    """The study engine on a small problem, every interval read at every round 300..1000:
+    the sequences keep the truth inside throughout in ~95% of trials, the fixed-n intervals
+    in far fewer."""
+    from lrbandit_gym.experiments.studies import StudyConfig, run_study, summarize_uniform
+
+    config = StudyConfig(
+        d1=10,
+        d2=10,
+        rank=2,
+        noise_std=0.5,
+        warm_start=300,
+        checkpoints=(1000,),
+        uniform_from=300,
+        value=True,
+        trace_trials=1,
+    )
+    rows = summarize_uniform(run_study(config, n_trials=400, seed=2, batch_size=200))
+    assert len(rows) == 7  # T1, T2 x (arm 0, arm 1, difference), and V*
+    for r in rows:
+        assert r["uniform_sequence"] >= 0.95 - 4 * 0.0109, r
+        assert r["uniform_fixed"] <= r["uniform_sequence"] - 0.15, r
+        assert r["width_ratio"] == pytest.approx(1.5486, abs=1e-3)

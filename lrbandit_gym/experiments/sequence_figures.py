@@ -117,7 +117,7 @@ def uniform_figure(
     ax.set_ylabel("P(truth inside at every n)", fontsize=8)
     low = min(min(r["uniform_fixed"] for r in rows) - 0.05, confidence_level - 0.1)
     ax.set_ylim(max(0.0, low), 1.0)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3)
     r0 = rows[0]
     fig.suptitle(
         (title + ": " if title else "") + f"time-uniform coverage over n = "

@@ -67,10 +67,21 @@ class _ParameterMixin(InferenceWrapperBase):
             n_trials=self.n_trials,
         )
         self.target_names = self.core.target_names
+
+    @property
+    def core(self) -> LinearFormInference:
+        """The inference core the wrapper feeds and reads.
+
+        Assigning another core (of the same sizes, e.g. a negative control of a validity
+        study) re-wires the feed from the estimator, so the new core sees every round.
+        """
+        return self._core
+
+    @core.setter
+    def core(self, core: LinearFormInference) -> None:
+        self._core = core
         self._feed = (
-            EstimatorFeed(self.estimator, self.core)
-            if isinstance(self.estimator, LowRankSGD)
-            else None
+            EstimatorFeed(self.estimator, core) if isinstance(self.estimator, LowRankSGD) else None
         )
 
     def _snapshot(self, x, actions, props):

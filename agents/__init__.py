@@ -11,6 +11,7 @@ from agents.low_rank import EpsilonGreedy, LowRankPolicy, Softmax
 from agents.sb3 import SB3Agent
 from agents.warm_start import (
     DEFAULT_WARM_START_ROUNDS,
+    CompletionWarmStartBuffer,
     WarmStartBuffer,
     default_warm_start_rounds,
     initial_estimate,
@@ -19,6 +20,7 @@ from agents.warm_start import (
 
 __all__ = [
     "DEFAULT_WARM_START_ROUNDS",
+    "CompletionWarmStartBuffer",
     "Decision",
     "EnsembleSampling",
     "EpsilonGreedy",

@@ -16,6 +16,7 @@ import numpy as np
 
 from agents.state import generator_state, generator_state_from, read_int
 from lrbandit_gym.decision import Decision, split_decision
+from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like
 from lrbandit_gym.validation import check_actions, check_context, check_rewards
 
 __all__ = ["Decision", "Policy", "PolicyBase", "ProblemShape", "problem_shape", "sample_actions"]
@@ -142,17 +143,23 @@ class PolicyBase(ABC):
         return self.n_trials is not None
 
     def _batch(self, obs) -> np.ndarray:
-        """Validate an observation and return it as ``(B, d1, d2)`` (flat obs accepted)."""
+        """Validate an observation and return it as ``(B, d1, d2)`` (flat obs accepted; a
+        completion index ``[j, k]`` becomes its one-hot matrix, for the policies that work
+        on matrices)."""
         b = self.n_trials
-        x = check_context(self._unflatten(obs), self.d1, self.d2, b)
+        x = self._unflatten(obs)
+        if self.context == "completion" and is_index_like(x, b):
+            return check_index(x, self.d1, self.d2, b).dense()
+        x = check_context(x, self.d1, self.d2, b)
         return x[None] if b is None else x
 
     def _unflatten(self, obs) -> np.ndarray:
-        """``obs`` as an array, flat observations reshaped to matrices (not validated)."""
+        """``obs`` as an array, flat observations reshaped to matrices (not validated; an
+        integer completion index ``[j, k]`` is left as it is)."""
         x = np.asarray(obs)
         b = self.n_trials
         flat = (self.d1 * self.d2,) if b is None else (b, self.d1 * self.d2)
-        if x.shape == flat:
+        if x.shape == flat and not (self.context == "completion" and x.dtype.kind in "iu"):
             x = x.reshape((self.d1, self.d2) if b is None else (b, self.d1, self.d2))
         return x
 
@@ -214,10 +221,11 @@ class PolicyBase(ABC):
         bad = ~np.isfinite(preds.reshape(preds.shape[0], -1)).all(axis=1)
         b = int(np.argmax(bad))
         where = f" (trial {b})" if self.batched else ""
+        top = 1.0 if isinstance(x, OneHotContexts) else float(np.abs(x[b]).max())
         raise FloatingPointError(
             f"{type(self).__name__}: the predicted rewards at this obs are not finite"
             f"{where}: {preds[b].ravel()[:4].tolist()}; the context's largest entry is "
-            f"{float(np.abs(x[b]).max()):.3g}, too large for the scale of the estimates. "
+            f"{top:.3g}, too large for the scale of the estimates. "
             "Rescale the contexts (and rewards) to order 1; nothing was drawn or changed"
         )
 

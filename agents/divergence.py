@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from agents.balancing import DIVERGED
+from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = [
     "DIVERGENCE_FACTOR",
@@ -94,7 +95,7 @@ def step_details(
     ----------
     n_trials : int or None
         The estimator's ``n_trials`` (None: the unbatched API, whose messages name no trial).
-    Xb : ndarray of shape (B, d1, d2)
+    Xb : ndarray of shape (B, d1, d2), or OneHotContexts
         The round's contexts.
     a : ndarray of int64, shape (B,)
         The pulled arms.
@@ -118,11 +119,14 @@ def step_details(
         if b is None:
             size = np.where(np.isfinite(res), np.abs(res), np.inf)
             b = int(np.argmax(size))
-        xmax = float(np.abs(Xb[b]).max())
+        if isinstance(Xb, OneHotContexts):
+            context = f"context e_j e_kᵀ at (j, k) = ({int(Xb.rows[b])}, {int(Xb.cols[b])})"
+        else:
+            context = f"largest |X| entry {float(np.abs(Xb[b]).max()):.3g}"
     trial = "" if n_trials is None else f"trial {b}, "
     return (
         f" ({trial}arm {int(a[b])}: reward {float(y[b])!r}, residual {float(res[b]):.3g}, "
-        f"largest |X| entry {xmax:.3g})"
+        f"{context})"
     )
 
 

@@ -49,7 +49,9 @@ from agents.balancing import balance
 from agents.divergence import DIVERGENCE_FACTOR
 from agents.estimator_state import estimator_from_state, pack_state, validate_state
 from agents.factor_store import FactorStore, ProposedStep, PulledArms
+from agents.step_size import normalized_step, resolve_step, schedule
 from lrbandit_gym import engine
+from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.validation import (
     check_actions,
     check_choice,
@@ -77,7 +79,10 @@ class LowRankSGD(FactorStore):
 
     from factors balanced so that ``U^T U = V^T V = D`` (the top-r SVD form; Lemma 2.1 shows
     this equals the renormalised update computed with a d1 x d2 SVD).  Here
-    ``eta_t = step_scale * max(t, step_offset) ** (-step_decay)``, ``w_t = 1/pi_t(a_t)`` and
+    by default ``eta_t = step_gain * (step_offset / max(t, step_offset)) ** step_decay /
+    ((d1 + d2) nu_a)`` with ``nu_a`` the nuclear norm of the pulled arm's estimate (the
+    scale-free step of :mod:`agents.step_size`), or, given ``step_scale``, the paper's
+    ``eta_t = step_scale * max(t, step_offset) ** (-step_decay)``; ``w_t = 1/pi_t(a_t)`` and
     ``c = 1`` for Gaussian contexts, ``c = d1 d2`` for matrix completion (Appendix C).
     With ``propensities="unknown"`` (Algorithm 4) the weight is dropped (``w_t = 1``) and the
     step uses the arm's own update count ``s_a`` in place of ``t``.
@@ -94,9 +99,16 @@ class LowRankSGD(FactorStore):
         None for the unbatched API (one bandit); ``B`` to run ``B`` independent bandits in
         lock step, every array argument then gaining a leading axis of length ``B``.
     context : {"gaussian", "completion"}, default "gaussian"
-        Context distribution; sets the gradient scale ``c`` (1 or ``d1 * d2``).
-    step_scale : float, default 0.1
-        ``c_eta`` in the step size.
+        Context distribution; sets the gradient scale ``c`` (1 or ``d1 * d2``).  Completion
+        contexts are read by their index ``(j, k)`` (given as ``[j, k]`` or found in the
+        one-hot matrix): a round's prediction and step then cost O((d1 + d2) r).
+    step_scale : float, optional
+        ``c_eta`` of the paper's absolute step ``c_eta max(t, t*)^{-alpha}`` (its studies pass
+        0.1).  Default None: the scale-free step (docs/method.md §3, "Step size").
+    step_gain : float, optional
+        ``g`` of the scale-free step: the fraction of its own residual that a round of
+        unit weight removes (to first order, on average over contexts), at ``t <= t*`` (default
+        :data:`agents.step_size.DEFAULT_STEP_GAIN` = 0.03).  Not with ``step_scale``.
     step_offset : float, default 300
         ``t*``: the step size is constant for ``t <= t*``.
     step_decay : float, default 0.99
@@ -157,10 +169,11 @@ class LowRankSGD(FactorStore):
         *,
         n_trials: int | None = None,
         context: str = "gaussian",
-        step_scale: float = 0.1,
+        step_scale: float | None = None,
         step_offset: float = 300,
         step_decay: float = 0.99,
         propensities: str = "known",
+        step_gain: float | None = None,
         max_singular_value: float | None = None,
     ) -> None:
         d1 = check_positive_int(d1, "d1")
@@ -171,7 +184,7 @@ class LowRankSGD(FactorStore):
         n_actions = check_positive_int(n_actions, "n_actions", minimum=2)
         n_trials = None if n_trials is None else check_positive_int(n_trials, "n_trials")
         self.context = check_choice(context, "context", _CONTEXTS)
-        self.step_scale = check_positive_float(step_scale, "step_scale")
+        self.step_scale, self.step_gain = resolve_step(step_scale, step_gain)
         self.step_offset = check_positive_float(step_offset, "step_offset")
         self.step_decay = check_positive_float(step_decay, "step_decay")
         self.propensities = check_choice(propensities, "propensities", _PROPENSITIES)
@@ -197,7 +210,10 @@ class LowRankSGD(FactorStore):
         return float(bound[0]) if self.n_trials is None else bound
 
     def step_size(self, t: Any) -> Any:
-        """Step size ``eta_t = step_scale * max(t, step_offset) ** (-step_decay)``.
+        """Step size of the absolute step, ``eta_t = step_scale * max(t, step_offset) **
+        (-step_decay)``; with the scale-free step (``step_scale`` None), the gain
+        ``step_gain * (step_offset / max(t, step_offset)) ** step_decay`` (the step of arm
+        ``a`` is that divided by ``(d1 + d2) nu_a``, :func:`agents.step_size.normalized_step`).
 
         Parameters
         ----------
@@ -208,13 +224,31 @@ class LowRankSGD(FactorStore):
         -------
         float or ndarray
         """
-        tt = np.maximum(np.asarray(t, dtype=np.float64), self.step_offset)
-        eta = self.step_scale * tt ** (-self.step_decay)
+        if self.step_scale is None:
+            eta = self.step_gain * schedule(t, self.step_offset, self.step_decay)
+        else:
+            tt = np.maximum(np.asarray(t, dtype=np.float64), self.step_offset)
+            eta = self.step_scale * tt ** (-self.step_decay)
         return float(eta) if eta.ndim == 0 else eta
 
     def _eta(self, t: int) -> float:
-        """Scalar :meth:`step_size` in plain Python (the per-round hot path)."""
+        """Scalar :meth:`step_size` of the absolute step in plain Python (the per-round hot
+        path)."""
         return self.step_scale * max(float(t), self.step_offset) ** (-self.step_decay)
+
+    def _step_coefficients(self, actions: np.ndarray, propensities: np.ndarray | None):
+        """``eta c w`` of the round for the pulled arm of every trial: ``(B,)``."""
+        a = actions
+        known = self.propensities == "known"
+        if self.step_scale is not None:  # the paper's absolute step
+            if known:  # eta_t c w_t with w_t = 1 / pi_t(a_t)
+                return (self._eta(self._t + 1) * self.c) / propensities[self._trials, a]
+            # Algorithm 4: w_t = 1, eta indexed by the arm's own update count
+            return self.step_size(self._counts[self._trials, a] + 1) * self.c
+        t = self._t + 1 if known else self._counts[self._trials, a] + 1
+        sched = schedule(t, self.step_offset, self.step_decay)
+        eta = normalized_step(self.step_gain, sched, self._sv, a, self.d1, self.d2)
+        return eta * self.c / propensities[self._trials, a] if known else eta * self.c
 
     def _require_init(self, what: str) -> None:
         if not self._initialized:
@@ -288,7 +322,8 @@ class LowRankSGD(FactorStore):
         Parameters
         ----------
         X : array_like of shape (d1, d2) or (B, d1, d2)
-            Context ``X_t``.
+            Context ``X_t``; with ``context="completion"`` also its index ``[j, k]``,
+            shape (2,) or (B, 2) (:meth:`check_context`).
         action : int or array_like of int, shape (B,)
             Pulled arm ``a_t``.
         reward : float or array_like of shape (B,)
@@ -350,8 +385,9 @@ class LowRankSGD(FactorStore):
 
         Parameters
         ----------
-        Xb : ndarray of shape (B, d1, d2)
-            Contexts from :meth:`check_context` (assumed validated).
+        Xb : ndarray of shape (B, d1, d2), or OneHotContexts
+            Contexts from :meth:`check_context` (assumed validated); one-hot contexts in
+            index form make the step O((d1 + d2) r).
         actions : ndarray of int64, shape (B,)
             Pulled arms ``a_t`` (assumed validated).
         rewards : ndarray of shape (B,)
@@ -419,10 +455,7 @@ class LowRankSGD(FactorStore):
         """
         self._require_init("propose_step")
         a, y = actions, rewards
-        if self.propensities == "known":  # eta_t c w_t with w_t = 1 / pi_t(a_t)
-            coef = (self._eta(self._t + 1) * self.c) / propensities[self._trials, a]
-        else:  # Algorithm 4: w_t = 1, eta indexed by the arm's own update count
-            coef = self.step_size(self._counts[self._trials, a] + 1) * self.c
+        coef = self._step_coefficients(a, propensities)
         # Overflow (a diverging step, or contexts far outside the estimate's scale) shows
         # as non-finite factors or a singular value above the bound, both refused below.
         with np.errstate(over="ignore", invalid="ignore"):
@@ -432,8 +465,9 @@ class LowRankSGD(FactorStore):
                 if engine.compiled():
                     from agents import kernels
 
+                    one_hot = (Xb.rows, Xb.cols) if isinstance(Xb, OneHotContexts) else None
                     res, U_new, V_new, sv_new = kernels.propose_pulled(
-                        self._U, self._V, a, y, coef, XV, XtU
+                        self._U, self._V, a, y, coef, XV, XtU, one_hot, self._sv
                     )
                 else:
                     # eq. (8): res = y - <U V^T, X> = y - <U, X V>,
@@ -457,6 +491,7 @@ class LowRankSGD(FactorStore):
             sv_new,
             self._version,
             id(self),
+            Xb.index if isinstance(Xb, OneHotContexts) else None,
         )
 
     # ------------------------------------------------------------------ read-outs

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["CONFIG_KEYS", "config", "estimator_from_state", "pack_state", "validate_state"]
 
 #: The configuration keys of a state: the constructor's arguments (``n_trials`` stored as
-#: ``0`` for the unbatched API).
+#: ``0`` for the unbatched API; ``step_scale`` as ``0.0`` for the scale-free step and
+#: ``step_gain`` as ``0.0`` for the absolute one, since a state holds no ``None``).
 CONFIG_KEYS = (
     "d1",
     "d2",
@@ -43,6 +44,7 @@ CONFIG_KEYS = (
     "step_offset",
     "step_decay",
     "propensities",
+    "step_gain",
 )
 
 
@@ -55,11 +57,18 @@ def config(est: LowRankSGD) -> dict[str, Any]:
         "n_actions": est.n_actions,
         "n_trials": 0 if est.n_trials is None else est.n_trials,
         "context": est.context,
-        "step_scale": est.step_scale,
+        "step_scale": 0.0 if est.step_scale is None else est.step_scale,
         "step_offset": est.step_offset,
         "step_decay": est.step_decay,
         "propensities": est.propensities,
+        "step_gain": 0.0 if est.step_gain is None else est.step_gain,
     }
+
+
+def _with_step_gain(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with ``step_gain`` = 0.0 (the absolute step) when it was saved before the
+    scale-free step existed (every such state has an absolute ``step_scale``)."""
+    return state if "step_gain" in state else {**state, "step_gain": 0.0}
 
 
 def pack_state(
@@ -135,6 +144,7 @@ def validate_state(est: LowRankSGD, state: dict[str, Any]) -> dict[str, Any]:
         singular value is negative or out of order, the counts do not add up to ``t``, or
         an uninitialised state holds factors.
     """
+    state = _with_step_gain(state)
     missing = [
         k
         for k in (*CONFIG_KEYS, "U", "V", "singular_values", "counts", "t", "initialized")
@@ -232,7 +242,11 @@ def estimator_from_state(cls: type[LowRankSGD], state: dict[str, Any]) -> LowRan
     """
     try:
         n_trials = read_int(state["n_trials"], "state['n_trials']")
-        cfg = {k: plain(state[k]) for k in CONFIG_KEYS if k != "n_trials"}
+        cfg = {k: plain(v) for k, v in _with_step_gain(state).items() if k in CONFIG_KEYS}
+        del cfg["n_trials"]
+        # 0.0 stands for None (the parametrisation not in use).
+        cfg["step_scale"] = float(cfg["step_scale"]) or None
+        cfg["step_gain"] = float(cfg["step_gain"]) or None
         est = cls(
             cfg.pop("d1"),
             cfg.pop("d2"),

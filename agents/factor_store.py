@@ -21,6 +21,13 @@ or writes it without being part of the algorithm's arithmetic:
   :meth:`agents.estimator.LowRankSGD.propose_step`, so a failed check leaves the state as
   it was and a stack of inference wrappers can prepare every layer's step before it
   commits any.
+
+Completion contexts (``context="completion"``) travel as
+:class:`~lrbandit_gym.onehot.OneHotContexts` from :meth:`FactorStore.check_context` on,
+whether they arrived as an index ``[j, k]`` or as a dense one-hot matrix: a round's
+prediction, products and step then cost O((d1 + d2) r) (:mod:`agents.product_cache`), and
+:attr:`FactorStore.step_support` records which row and column each arm's last step
+changed, so the inference can follow the estimate at that cost too.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import numpy as np
 
 from agents.product_cache import ProductCache
 from lrbandit_gym import engine
+from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.validation import check_context_fingerprint
 
 __all__ = ["FactorStore", "ProposedStep", "PulledArms"]
@@ -83,6 +91,10 @@ class ProposedStep(NamedTuple):
         :attr:`FactorStore.version` of the estimator when the step was proposed.
     owner : int
         ``id()`` of the estimator that proposed it.
+    support : ndarray of int64, shape (B, 2), or None
+        ``(j, k)`` of each trial's one-hot context ``e_j e_kᵀ``: the step changes ``U_a``
+        only in row ``j`` and ``V_a`` only in row ``k`` (before the balancing, which leaves
+        ``U_a V_aᵀ`` unchanged elsewhere).  None for dense contexts.
     """
 
     actions: np.ndarray
@@ -92,6 +104,7 @@ class ProposedStep(NamedTuple):
     sv: np.ndarray
     version: int
     owner: int
+    support: np.ndarray | None = None
 
 
 class FactorStore:
@@ -121,6 +134,11 @@ class FactorStore:
     :class:`~agents.estimator.LowRankSGD`'s.
     """
 
+    #: The context law ("gaussian" or "completion"); the subclass sets it before
+    #: ``__init__``.  With "completion", :meth:`check_context` returns one-hot contexts in
+    #: index form.
+    context = "gaussian"
+
     def __init__(self, d1: int, d2: int, rank: int, n_actions: int, n_trials: int | None) -> None:
         self.d1 = d1
         self.d2 = d2
@@ -145,6 +163,8 @@ class FactorStore:
         self._V_cat = np.zeros((B, self.d2, K, self.rank))
         # Counter bumped by every change of the state (propose_step/commit_step compare it).
         self._version = 0
+        # (j, k) of the one-hot context of each arm's last step; -1 after any other change.
+        self._support = np.full((B, K, 2), -1, dtype=np.int64)
 
     @property
     def _B(self) -> int:
@@ -182,17 +202,23 @@ class FactorStore:
         return arr[0] if self.n_trials is None else arr
 
     # ------------------------------------------------------------------ per-round API
-    def check_context(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+    def check_context(self, X: Any) -> tuple[np.ndarray | OneHotContexts, np.ndarray]:
         """Validate a context for this estimator (one pass over its entries).
 
         Parameters
         ----------
         X : array_like of shape (d1, d2), or (B, d1, d2) batched
+            The context matrix.  With ``context="completion"`` also its index: an integer
+            array ``[j, k]`` of shape (2,), or (B, 2) batched
+            (:func:`lrbandit_gym.onehot.check_index`).
 
         Returns
         -------
-        Xb : ndarray of shape (B, d1, d2)
-            The context in the batched layout (``B = 1`` unbatched).
+        Xb : ndarray of shape (B, d1, d2), or OneHotContexts
+            The context in the batched layout (``B = 1`` unbatched).  With
+            ``context="completion"``, one-hot contexts come back in index form (an index
+            as given, a dense matrix after one pass that finds its single 1; any other
+            matrix stays dense).
         fingerprint : ndarray of shape (B,)
             Its :meth:`fingerprint`, which is both the finiteness check and the key of the
             round's products: pass it on to :meth:`predict_validated`, :meth:`pulled` and
@@ -201,12 +227,30 @@ class FactorStore:
         Raises
         ------
         ValueError
-            If ``X`` is not a real array of the right shape or has a non-finite entry.
+            If ``X`` is not a real array of the right shape or has a non-finite entry, or
+            an index is not integer or out of range.
         """
-        X, fp = check_context_fingerprint(
-            X, self.d1, self.d2, self.n_trials, self._product_cache.weights
-        )
-        return (X if self.n_trials is not None else X[None]), fp
+        completion = self.context == "completion"
+        if completion and is_index_like(X, self.n_trials):
+            ctx = check_index(X, self.d1, self.d2, self.n_trials)
+            return ctx, self._product_cache.fingerprint(ctx)
+        try:
+            X, fp = check_context_fingerprint(
+                X, self.d1, self.d2, self.n_trials, self._product_cache.weights
+            )
+        except ValueError as exc:
+            if completion and "shape" in str(exc):
+                index = (2,) if self.n_trials is None else (self.n_trials, 2)
+                raise ValueError(
+                    f"{exc}; or a completion index (row, column): integers of shape {index}"
+                ) from None
+            raise
+        Xb = X if self.n_trials is not None else X[None]
+        if completion:
+            ctx = one_hot_contexts(Xb)
+            if ctx is not None:
+                return ctx, fp  # the dense fingerprint of e_j e_kᵀ is W[j, k], as ctx's
+        return Xb, fp
 
     def fingerprint(self, Xb: np.ndarray) -> np.ndarray:
         """Per-trial ``<X, W>`` with fixed weights ``W`` drawn once in ``[1, 2)`` (one GEMV).
@@ -219,7 +263,7 @@ class FactorStore:
 
         Parameters
         ----------
-        Xb : ndarray of shape (B, d1, d2)
+        Xb : ndarray of shape (B, d1, d2), or OneHotContexts
             Contexts in the batched layout (``B = 1`` unbatched); not validated.
 
         Returns
@@ -243,8 +287,11 @@ class FactorStore:
         Returns
         -------
         ndarray of shape (B, K)
-            ``<M_hat_a, X>`` for every trial and arm.
+            ``<M_hat_a, X>`` for every trial and arm (for one-hot contexts ``e_j e_kᵀ``,
+            ``U_a[j] · V_a[k]``: O(K r)).
         """
+        if isinstance(Xb, OneHotContexts):
+            return self._product_cache.one_hot_predictions(Xb, self._U, self._V, fingerprint)
         XV = self._product_cache.all_arm_products(Xb, self._V_cat, fingerprint)
         if engine.compiled():
             from agents import kernels
@@ -316,6 +363,10 @@ class FactorStore:
                 f"which has changed since (version {self._version}): propose the step again"
             )
         a = proposed.actions
+        if proposed.support is None:
+            self._support[self._trials, a] = -1
+        else:
+            self._support[self._trials, a] = proposed.support
         if engine.compiled():
             from agents import kernels
 
@@ -338,6 +389,21 @@ class FactorStore:
         int64 (``B = 1`` unbatched) that follows the estimator: copy it to keep a snapshot.
         """
         view = self._arm_version.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def step_support(self) -> np.ndarray:
+        """``(j, k)`` of the one-hot context of the step that last changed each arm.
+
+        A step on ``e_j e_kᵀ`` changes ``M_hat_a = U_a V_aᵀ`` only in row ``j`` and column
+        ``k`` (docs/method.md §3), so a caller that keeps a running sum of the estimates
+        (the inference's ``Σ_t M_hat_{i,t-1}``) can follow it at O((d1 + d2) r) cost when
+        an arm's :attr:`arm_versions` moved by exactly one step.  ``(-1, -1)`` where the
+        last change was anything else (:meth:`initialize`, :meth:`load_state_dict`, a step
+        on a dense context).  A read-only view of shape (B, K, 2), int64.
+        """
+        view = self._support.view()
         view.flags.writeable = False
         return view
 
@@ -425,4 +491,5 @@ class FactorStore:
         self._product_cache.invalidate()
         self._version += 1
         self._arm_version += 1
+        self._support[...] = -1
         self._V_cat = np.ascontiguousarray(self._V.transpose(0, 2, 1, 3))

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from agents.completion_fit import completion_factored_fit
+from lrbandit_gym.onehot import OneHotContexts
+
 __all__ = ["factored_nuclear_norm_fit"]
 
 # Ridge of the unpenalised refit sweeps (and of arms whose penalty is zero): keeps the
@@ -143,10 +146,11 @@ def factored_nuclear_norm_fit(
 
     Parameters
     ----------
-    X : ndarray (B, n, d1, d2)
+    X : ndarray (B, n, d1, d2), or OneHotContexts
         Contexts (float32 or float64; float32 halves the memory traffic).  A transposed
         view of ``(B, d1, n, d2)`` storage (as :class:`~agents.warm_start_buffer.WarmStartBuffer`
-        returns) is used without a copy.
+        returns) is used without a copy.  One-hot contexts in index form are fitted by
+        :func:`agents.completion_fit.completion_factored_fit`, without a matrix.
     actions, rewards : ndarray (B, n)
     n_actions, rank : int
     weights : ndarray (B, n), optional
@@ -168,6 +172,20 @@ def factored_nuclear_norm_fit(
         The fitted ``U Vᵀ`` per trial and arm; zero for an arm without rounds of positive
         weight.
     """
+    if isinstance(X, OneHotContexts):  # completion contexts as indices: no matrix at all
+        return completion_factored_fit(
+            X,
+            actions,
+            rewards,
+            n_actions,
+            rank,
+            weights=weights,
+            context_scale=context_scale,
+            penalty_scale=penalty_scale,
+            penalised_sweeps=penalised_sweeps,
+            refit_sweeps=refit_sweeps,
+            penalty=penalty,
+        )
     B, n, d1, d2 = X.shape
     K = n_actions
     w = np.ones((B, n)) if weights is None else np.asarray(weights, dtype=float)

@@ -72,33 +72,34 @@ def symmetric_eigen(S, Q, lam):
 
 @njit(cache=True)
 def _gram(F, G):
-    """``G = F^T F`` for one factor ``F`` (d, r)."""
+    """``G = F^T F`` for one factor ``F`` (d, r).  Each entry is one running sum over the
+    rows in order, kept in a register."""
     d, r = F.shape
     for i in range(r):
-        for j in range(r):
-            G[i, j] = 0.0
-    for k in range(d):
-        for i in range(r):
-            f = F[k, i]
-            for j in range(i, r):
-                G[i, j] += f * F[k, j]
-    for i in range(r):
-        for j in range(i):
-            G[i, j] = G[j, i]
+        for j in range(i, r):
+            acc = 0.0
+            for k in range(d):
+                acc += F[k, i] * F[k, j]
+            G[i, j] = acc
+            G[j, i] = acc
 
 
 @njit(cache=True)
 def _apply(F, T, row):
-    """``F <- F T`` in place, one row at a time (``row``: scratch of length r)."""
+    """``F <- F T`` in place (``row``: unused scratch, kept for the signature).
+
+    Each entry is the sum over ``i`` in order, as a row-by-row product would compute it,
+    but the inner loop runs down the rows, where the iterations are independent."""
     d, r = F.shape
+    out = np.zeros((r, d))
+    for j in range(r):
+        for i in range(r):
+            t = T[i, j]
+            for k in range(d):
+                out[j, k] += F[k, i] * t
     for k in range(d):
         for j in range(r):
-            row[j] = F[k, j]
-        for j in range(r):
-            s = 0.0
-            for i in range(r):
-                s += row[i] * T[i, j]
-            F[k, j] = s
+            F[k, j] = out[j, k]
 
 
 @njit(cache=True)
@@ -109,7 +110,22 @@ def balance_pair(U, V, sv, work):
     ``work`` is scratch of shape (10, r, r).  With status ``WEAK`` or ``NONFINITE`` the
     pair is left as it was.
     """
-    r = U.shape[1]
+    _gram(U, work[0])
+    _gram(V, work[1])
+    status = balance_transforms(sv, work)
+    if status == OK:
+        row = work[9, 1]
+        _apply(U, work[6], row)
+        _apply(V, work[7], row)
+    return status
+
+
+@njit(cache=True)
+def balance_transforms(sv, work):
+    """:func:`balance_pair` from the Gram matrices ``work[0] = UᵀU`` and ``work[1] = VᵀV``:
+    fills ``T_U`` (``work[6]``), ``T_V`` (``work[7]``) and ``sv``, and returns the status
+    (the factors are the caller's to transform)."""
+    r = work.shape[1]
     Gu, Gv, L, Li, S, Q, TU, TV, tmp = (
         work[0],
         work[1],
@@ -122,9 +138,6 @@ def balance_pair(U, V, sv, work):
         work[8],
     )
     lam = work[9, 0]
-    row = work[9, 1]
-    _gram(U, Gu)
-    _gram(V, Gv)
     for i in range(r):
         for j in range(r):
             if not (np.isfinite(Gu[i, j]) and np.isfinite(Gv[i, j])):
@@ -197,8 +210,6 @@ def balance_pair(U, V, sv, work):
             TU[i, j] = s1 * root4
             TV[i, j] = s2 / root4
         sv[j] = np.sqrt(lam[j])
-    _apply(U, TU, row)
-    _apply(V, TV, row)
     return OK
 
 
@@ -238,6 +249,72 @@ def sgd_step(U, V, a, y, coef, XV, XtU, U_new, V_new, sv_new, res, status):
 
 
 @njit(cache=True)
+def _apply_into(F, T, out):
+    """``out <- F T`` (as :func:`_apply`, into another array)."""
+    d, r = F.shape
+    for k in range(d):
+        for j in range(r):
+            out[k, j] = 0.0
+    for j in range(r):
+        for i in range(r):
+            t = T[i, j]
+            for k in range(d):
+                out[k, j] += F[k, i] * t
+
+
+@njit(cache=True)
+def one_hot_step(U, V, sv, a, rows, cols, y, coef, U_new, V_new, sv_new, res, status):
+    """:func:`sgd_step` for completion contexts ``X_b = e_j e_kᵀ`` (``rows`` j, ``cols`` k).
+
+    ``res = y − U[j] · V[k]``; only row ``j`` of ``U`` and row ``k`` of ``V`` move
+    (``X V = e_j V[k]ᵀ``, ``Xᵀ U = e_k U[j]ᵀ``), so the Gram matrices of the stepped
+    factors follow from the stored ones, ``UᵀU = VᵀV = diag(sv)`` (balanced), by replacing
+    one row's outer product: O(r²) instead of O(d r²).  The balancing transforms are then
+    applied while the new factors are written.  Same outputs as :func:`sgd_step` up to
+    rounding."""
+    B, _, d1, r = U.shape
+    work = np.empty((10, r, r))
+    u = np.empty(r)
+    v = np.empty(r)
+    for b in range(B):
+        k = a[b]
+        j = rows[b]
+        c = cols[b]
+        pred = 0.0
+        for s in range(r):
+            pred += U[b, k, j, s] * V[b, k, c, s]
+        res[b] = y[b] - pred
+        step = coef[b] * res[b]
+        for s in range(r):
+            u[s] = U[b, k, j, s] + step * V[b, k, c, s]
+            v[s] = V[b, k, c, s] + step * U[b, k, j, s]
+        Gu, Gv = work[0], work[1]
+        for s in range(r):
+            for t in range(r):
+                base = sv[b, k, s] if s == t else 0.0
+                Gu[s, t] = base - U[b, k, j, s] * U[b, k, j, t] + u[s] * u[t]
+                Gv[s, t] = base - V[b, k, c, s] * V[b, k, c, t] + v[s] * v[t]
+        status[b] = balance_transforms(sv_new[b], work)
+        if status[b] == OK:
+            _apply_into(U[b, k], work[6], U_new[b])
+            _apply_into(V[b, k], work[7], V_new[b])
+            for t in range(r):
+                su = 0.0
+                sw = 0.0
+                for s in range(r):
+                    su += u[s] * work[6, s, t]
+                    sw += v[s] * work[7, s, t]
+                U_new[b, j, t] = su
+                V_new[b, c, t] = sw
+        else:  # the stepped factors, for the caller's eigen route
+            U_new[b] = U[b, k]
+            V_new[b] = V[b, k]
+            for s in range(r):
+                U_new[b, j, s] = u[s]
+                V_new[b, c, s] = v[s]
+
+
+@njit(cache=True)
 def write_pulled(U, V, sv, V_cat, counts, versions, a, U_new, V_new, sv_new):
     """Store the pulled arms' new factors (the scatter of
     :meth:`LowRankSGD.commit_step <agents.estimator.LowRankSGD.commit_step>`)."""
@@ -266,13 +343,16 @@ def predictions(XV, U, preds):
             preds[b, k] = p
 
 
-def propose_pulled(U, V, a, y, coef, XV, XtU):
+def propose_pulled(U, V, a, y, coef, XV, XtU, one_hot=None, sv=None):
     """The arithmetic of
     :meth:`LowRankSGD.propose_step <agents.estimator.LowRankSGD.propose_step>` for every
     trial, from the products on: :func:`sgd_step`, nothing written to the state.
 
     Pairs the kernel flags as nearly rank-deficient are balanced by
-    :func:`agents.balancing.balance`, as the numpy engine would.
+    :func:`agents.balancing.balance`, as the numpy engine would.  With ``one_hot`` (the
+    contexts' ``(rows, cols)``, completion contexts ``e_j e_kᵀ``) and ``sv`` (the stored
+    singular values, (B, K, r)) the step reads the two rows it changes
+    (:func:`one_hot_step`) instead of the products.
 
     Returns
     -------
@@ -296,7 +376,10 @@ def propose_pulled(U, V, a, y, coef, XV, XtU):
     res = np.empty(B)
     status = np.empty(B, dtype=np.int8)
     coef = np.broadcast_to(np.asarray(coef, dtype=np.float64), (B,))
-    sgd_step(U, V, a, y, coef, XV, XtU, U_new, V_new, sv_new, res, status)
+    if one_hot is None:
+        sgd_step(U, V, a, y, coef, XV, XtU, U_new, V_new, sv_new, res, status)
+    else:
+        one_hot_step(U, V, sv, a, *one_hot, y, coef, U_new, V_new, sv_new, res, status)
     if status.any():
         if (status == NONFINITE).any():
             raise FloatingPointError(DIVERGED)

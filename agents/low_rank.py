@@ -20,13 +20,23 @@ import numpy as np
 from agents.base import PolicyBase, sample_actions
 from agents.estimator import LowRankSGD
 from agents.state import read_int, sub_state
+from agents.streaming_warm_start import (
+    WARM_START_FITS,
+    StreamingWarmStart,
+    choose_warm_start_fit,
+    default_streaming_rounds,
+    streaming_warm_start_bytes,
+)
 from agents.warm_start import (
+    CompletionWarmStartBuffer,
     WarmStartBuffer,
+    completion_buffer_bytes,
     default_warm_start_rounds,
     warm_start_buffer_bytes,
 )
+from agents.warm_start_check import check_buffer
 from lrbandit_gym.decision import Decision
-from lrbandit_gym.validation import check_positive_int, check_propensities
+from lrbandit_gym.validation import check_choice, check_positive_int, check_propensities
 
 __all__ = ["EpsilonGreedy", "LowRankPolicy", "Softmax"]
 
@@ -48,17 +58,50 @@ class LowRankPolicy(PolicyBase):
         :data:`agents.warm_start.DEFAULT_WARM_START_ROUNDS`).
     M_init : array of shape (K, d1, d2) or (B, K, d1, d2), optional
         A user-supplied initial estimate; skips the warm start.
-    step_scale, step_offset, step_decay : float
-        Step size ``c_η·max(t, t*)^{-α}`` of Algorithm 1 (defaults 0.1, 300, 0.99).
+    step_scale : float, optional
+        ``c_η`` of the paper's absolute step ``c_η·max(t, t*)^{-α}`` (its studies pass 0.1).
+        Default None: the scale-free step of :mod:`agents.step_size`, whose gain does not
+        depend on ``d1, d2``, the context law or ``‖M‖`` (docs/method.md §3, "Step size").
+    step_gain : float, optional
+        ``g`` of the scale-free step (default 0.03, docs/method.md §3); not with
+        ``step_scale``.
+    step_offset, step_decay : float
+        ``t*`` and ``α`` of either step (defaults 300, 0.99).
+    warm_start_fit : {"buffer", "streaming"}, optional
+        How ``M_init`` is fitted from the warm start (Gaussian contexts): "buffer" stores
+        every round and fits eq. (10) on them (:class:`~agents.warm_start.WarmStartBuffer`),
+        "streaming" sees each round once with memory independent of the length
+        (:class:`~agents.streaming_warm_start.StreamingWarmStart`).  Default: the buffer
+        when it fits in ``max_memory_bytes``, else streaming
+        (:func:`~agents.streaming_warm_start.choose_warm_start_fit`).  Without
+        ``warm_start=`` the streaming fit plays
+        :func:`~agents.streaming_warm_start.default_streaming_rounds` rounds (10 per degree
+        of freedom instead of 3.5: one pass needs more).
     max_memory_bytes : int, default 2**31
-        Refuse to build when the warm-start buffer
+        Refuse to build when the warm start's memory
+        (:func:`~agents.streaming_warm_start.streaming_warm_start_bytes` for the streaming
+        fit, independent of its length) or the warm-start buffer
         (:func:`agents.warm_start.warm_start_buffer_bytes`: the contexts of every warm-start
-        round of every trial, in float32) would exceed it.
+        round of every trial, in float32; for completion contexts
+        :func:`agents.warm_start.completion_buffer_bytes`, 32 bytes a round) would exceed it.
     seed : int or SeedSequence, optional
         Seed of the policy's own generator.
     d1, d2, n_actions, context, n_trials
         Sizes for streams without an environment.
+
+    Attributes
+    ----------
+    check_warm_start : bool, default False
+        Set it to True before the warm start ends to run the held-out check of
+        :mod:`agents.warm_start_check` on the warm-start rounds (about one more fit): a
+        :class:`~agents.warm_start_check.WarmStartWarning` when ``M_init`` is too far from
+        the truth for the theory, and the result in ``warm_start_check``.
     """
+
+    #: Run the held-out check of the warm start (see the class docstring).
+    check_warm_start: bool = False
+    #: Its :class:`~agents.warm_start_check.WarmStartCheck`, once it has run.
+    warm_start_check = None
 
     def __init__(
         self,
@@ -67,10 +110,12 @@ class LowRankPolicy(PolicyBase):
         rank: int = 3,
         warm_start: int | None = None,
         M_init=None,
-        step_scale: float = 0.1,
+        step_scale: float | None = None,
         step_offset: float = 300,
         step_decay: float = 0.99,
         max_memory_bytes: int = 2**31,
+        step_gain: float | None = None,
+        warm_start_fit: str | None = None,
         seed=None,
         d1: int | None = None,
         d2: int | None = None,
@@ -91,11 +136,15 @@ class LowRankPolicy(PolicyBase):
             step_scale=step_scale,
             step_offset=step_offset,
             step_decay=step_decay,
+            step_gain=step_gain,
         )
         self.rank = self.estimator.rank
         self.max_memory_bytes = check_positive_int(max_memory_bytes, "max_memory_bytes")
         self.warm_start_rounds = 0
         self._buffer = None
+        self.warm_start_fit = None
+        if warm_start_fit is not None:
+            check_choice(warm_start_fit, "warm_start_fit", WARM_START_FITS)
         if M_init is not None:
             self.estimator.initialize(M_init)
             return
@@ -111,25 +160,77 @@ class LowRankPolicy(PolicyBase):
             )
         else:
             rounds = int(warm_start)
-        need = warm_start_buffer_bytes(self.d1, self.d2, rounds, self.n_trials)
+        self.warm_start_fit = choose_warm_start_fit(
+            warm_start_fit,
+            context=self.context,
+            d1=self.d1,
+            d2=self.d2,
+            rounds=rounds,
+            n_trials=self.n_trials,
+            max_memory_bytes=self.max_memory_bytes,
+        )
+        if self.warm_start_fit == "streaming" and warm_start is None:
+            # one pass needs more rounds than the buffered fit's default
+            rounds = default_streaming_rounds(self.d1, self.d2, self.rank, self.n_actions)
+        if self.warm_start_fit == "streaming":  # independent of the length
+            need = streaming_warm_start_bytes(
+                self.d1, self.d2, self.n_actions, self.rank, self.n_trials
+            )
+            if need > self.max_memory_bytes:
+                raise ValueError(
+                    f"the streaming warm start needs {need} bytes ({need / 2**20:.0f} MiB: "
+                    f"sums of {self.d1}x{self.d2} matrices per arm and trial), above "
+                    f"max_memory_bytes = {self.max_memory_bytes}; pass an initial estimate "
+                    "(M_init=), fewer trials per policy, or a larger max_memory_bytes="
+                )
+        elif self.context == "completion":  # indices and values: 32 bytes a round
+            need = completion_buffer_bytes(rounds, self.n_trials)
+        else:
+            need = warm_start_buffer_bytes(self.d1, self.d2, rounds, self.n_trials)
         if need > self.max_memory_bytes:
             b = 1 if self.n_trials is None else self.n_trials
+            per_round = (
+                "32-byte index rounds"
+                if self.context == "completion"
+                else f"{self.d1}x{self.d2} float32 contexts"
+            )
             raise ValueError(
                 f"the warm start of {rounds} rounds needs a buffer of {need} bytes "
-                f"({need / 2**20:.0f} MiB: {b} trial(s) x {rounds} rounds x {self.d1}x{self.d2} "
-                f"float32 contexts), above max_memory_bytes = {self.max_memory_bytes}; pass "
+                f"({need / 2**20:.0f} MiB: {b} trial(s) x {rounds} rounds x {per_round}), "
+                f"above max_memory_bytes = {self.max_memory_bytes}; pass "
                 "a shorter warm start (warm_start=), an initial estimate (M_init=), fewer "
                 "trials per policy, or a larger max_memory_bytes="
             )
         self.warm_start_rounds = rounds
-        self._buffer = WarmStartBuffer(
+        self._buffer = self._new_buffer()
+
+    def _new_buffer(self) -> WarmStartBuffer | CompletionWarmStartBuffer | StreamingWarmStart:
+        """An empty warm-start buffer of ``warm_start_rounds`` rounds: the contexts' indices
+        for completion contexts (memory independent of ``d1 x d2``), else the matrices, or
+        the streaming fit's sums (memory independent of the length)."""
+        if self.warm_start_fit == "streaming":
+            return StreamingWarmStart(
+                self.d1,
+                self.d2,
+                self.n_actions,
+                self.warm_start_rounds,
+                self.rank,
+                n_trials=self.n_trials,
+            )
+        if self.context == "completion":
+            return CompletionWarmStartBuffer(
+                self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials
+            )
+        return WarmStartBuffer(
             self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials
         )
 
     def _batch(self, obs) -> np.ndarray:
-        """Validate an observation through the estimator: ``(B, d1, d2)``, and its
-        fingerprint in ``self._fingerprint`` for the estimator's product cache (one pass over
-        the context checks it and keys the products that act() and update() share)."""
+        """Validate an observation through the estimator: ``(B, d1, d2)`` (completion
+        contexts as :class:`~lrbandit_gym.onehot.OneHotContexts`, from their index or their
+        one-hot matrix), and its fingerprint in ``self._fingerprint`` for the estimator's
+        product cache (one pass over the context checks it and keys the products that act()
+        and update() share)."""
         x, self._fingerprint = self.estimator.check_context(self._unflatten(obs))
         return x
 
@@ -191,7 +292,17 @@ class LowRankPolicy(PolicyBase):
         if not buf.full:
             return
         try:
-            self.estimator.initialize(buf.initial_estimate(rank=self.rank, context=self.context))
+            M_init = buf.initial_estimate(rank=self.rank, context=self.context)
+            # opt-in: about one more fit (agents.warm_start_check), on stored rounds only
+            if self.check_warm_start and not isinstance(buf, StreamingWarmStart):
+                self.warm_start_check = check_buffer(
+                    buf,
+                    rank=self.rank,
+                    context=self.context,
+                    who=f"{type(self).__name__}'s warm start",
+                    stacklevel=4,  # the caller of update()
+                )
+            self.estimator.initialize(M_init)
         except BaseException as exc:
             buf.discard_last()
             if isinstance(exc, FloatingPointError):
@@ -249,9 +360,7 @@ class LowRankPolicy(PolicyBase):
                     "state holds a warm-start buffer but this policy has no warm start "
                     "(it was built with M_init)"
                 )
-            buffer = WarmStartBuffer(
-                self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials
-            )
+            buffer = self._new_buffer()
             buffer.load_state_dict(buf_state)
             if est["initialized"] or buffer.n != t:
                 raise ValueError(
@@ -298,7 +407,9 @@ class EpsilonGreedy(LowRankPolicy):
         Exploration probability ``ε`` (or ``p0`` with ``decay``), in (0, 1].
     decay : float, default 0.0
         ``β`` of ``ε_t = epsilon·t^{-β}``; 0 keeps ε constant.
-    rank, warm_start, M_init, step_scale, step_offset, step_decay, max_memory_bytes, seed
+    rank, warm_start, M_init, step_scale, step_gain, step_offset, step_decay, warm_start_fit
+        As in :class:`LowRankPolicy`.
+    max_memory_bytes, seed
         As in :class:`LowRankPolicy`.
     d1, d2, n_actions, context, n_trials
         Sizes for streams without an environment.
@@ -313,10 +424,12 @@ class EpsilonGreedy(LowRankPolicy):
         rank: int = 3,
         warm_start: int | None = None,
         M_init=None,
-        step_scale: float = 0.1,
+        step_scale: float | None = None,
         step_offset: float = 300,
         step_decay: float = 0.99,
         max_memory_bytes: int = 2**31,
+        step_gain: float | None = None,
+        warm_start_fit: str | None = None,
         seed=None,
         d1: int | None = None,
         d2: int | None = None,
@@ -340,6 +453,8 @@ class EpsilonGreedy(LowRankPolicy):
             step_offset=step_offset,
             step_decay=step_decay,
             max_memory_bytes=max_memory_bytes,
+            step_gain=step_gain,
+            warm_start_fit=warm_start_fit,
             seed=seed,
             d1=d1,
             d2=d2,
@@ -395,7 +510,9 @@ class Softmax(LowRankPolicy):
         ``MatrixContextBandit-v0`` (single or vector); sizes are read from it.
     temperature : float, default 1.0
         ``τ > 0``.
-    rank, warm_start, M_init, step_scale, step_offset, step_decay, max_memory_bytes, seed
+    rank, warm_start, M_init, step_scale, step_gain, step_offset, step_decay, warm_start_fit
+        As in :class:`LowRankPolicy`.
+    max_memory_bytes, seed
         As in :class:`LowRankPolicy`.
     d1, d2, n_actions, context, n_trials
         Sizes for streams without an environment.
@@ -409,10 +526,12 @@ class Softmax(LowRankPolicy):
         rank: int = 3,
         warm_start: int | None = None,
         M_init=None,
-        step_scale: float = 0.1,
+        step_scale: float | None = None,
         step_offset: float = 300,
         step_decay: float = 0.99,
         max_memory_bytes: int = 2**31,
+        step_gain: float | None = None,
+        warm_start_fit: str | None = None,
         seed=None,
         d1: int | None = None,
         d2: int | None = None,
@@ -432,6 +551,8 @@ class Softmax(LowRankPolicy):
             step_offset=step_offset,
             step_decay=step_decay,
             max_memory_bytes=max_memory_bytes,
+            step_gain=step_gain,
+            warm_start_fit=warm_start_fit,
             seed=seed,
             d1=d1,
             d2=d2,

@@ -7,6 +7,11 @@ it to all three.  An entry is keyed by the context's *fingerprint* ``<X, W>`` (f
 ``W`` in ``[1, 2)``, one GEMV), so a caller may copy or reshape the context between the
 calls while a context edited in place is recomputed; any change of the factors drops the
 entry (:meth:`ProductCache.invalidate`).
+
+Completion contexts in index form (:class:`~lrbandit_gym.onehot.OneHotContexts`) take the
+same road at O((d1 + d2) r) cost: ``X V = e_j V[k]ᵀ`` and ``Xᵀ U = e_k U[j]ᵀ`` are gathers
+(:func:`one_hot_products`), and the fingerprint of ``e_j e_kᵀ`` is the weight ``W[j, k]``,
+exactly the fingerprint of the dense one-hot matrix, so both forms key the same entry.
 """
 
 from __future__ import annotations
@@ -15,7 +20,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FINGERPRINT_SEED", "GEMV_MIN_SIZE", "ProductCache", "context_products"]
+from lrbandit_gym.onehot import OneHotContexts
+
+__all__ = [
+    "FINGERPRINT_SEED",
+    "GEMV_MIN_SIZE",
+    "ProductCache",
+    "context_products",
+    "one_hot_products",
+]
 
 #: Seed of the fixed weights that fingerprint a context.
 FINGERPRINT_SEED = 20261126
@@ -50,6 +63,30 @@ def context_products(
     return XV, XtU
 
 
+def one_hot_products(
+    ctx: OneHotContexts, U: np.ndarray, V: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``X V`` and ``Xᵀ U`` for one-hot contexts ``X_b = e_j e_kᵀ``: two gathers.
+
+    ``X V = e_j V[k]ᵀ`` and ``Xᵀ U = e_k U[j]ᵀ``: arrays of shape (B, d1, r) and (B, d2, r)
+    with one non-zero row each, equal to the dense products (which add only exact zeros
+    to that row).  O((d1 + d2) r) per context.
+
+    Parameters
+    ----------
+    ctx : OneHotContexts
+        ``B`` contexts (``rows``, ``cols`` of shape (B,)).
+    U, V : ndarray of shape (B, d1, r) and (B, d2, r)
+    """
+    B, d1, r = U.shape
+    t = np.arange(B)
+    XV = np.zeros((B, d1, r))
+    XV[t, ctx.rows] = V[t, ctx.cols]
+    XtU = np.zeros((B, V.shape[1], r))
+    XtU[t, ctx.cols] = U[t, ctx.rows]
+    return XV, XtU
+
+
 class ProductCache:
     """The current round's context products, shared by predict, the wrappers and the step.
 
@@ -77,15 +114,18 @@ class ProductCache:
         """Forget the products: the factors changed."""
         self._entry = None
 
-    def fingerprint(self, Xb: np.ndarray) -> np.ndarray:
-        """Per-trial ``<X, W>`` of a (B, d1, d2) stack, shape (B,) (one GEMV).
+    def fingerprint(self, Xb: np.ndarray | OneHotContexts) -> np.ndarray:
+        """Per-trial ``<X, W>`` of a (B, d1, d2) stack, shape (B,) (one GEMV; for one-hot
+        contexts in index form, the weights at their indices).
 
         It tells whether a context is the one the products were computed for.
         """
+        if isinstance(Xb, OneHotContexts):
+            return self.weights[Xb.flat]
         with np.errstate(over="ignore", invalid="ignore"):  # callers check it is finite
             return Xb.reshape(Xb.shape[0], -1) @ self.weights
 
-    def _entry_for(self, Xb: np.ndarray, fp: np.ndarray | None) -> dict[str, Any]:
+    def _entry_for(self, Xb: np.ndarray | OneHotContexts, fp: np.ndarray | None) -> dict[str, Any]:
         """The entry for context ``Xb`` (``fp``: its fingerprint, if the caller has it)."""
         if fp is None:
             fp = self.fingerprint(Xb)
@@ -105,6 +145,23 @@ class ProductCache:
             entry["XV"] = np.matmul(Xb, V_cat.reshape(B, d2, K * r)).reshape(B, -1, K, r)
         return entry["XV"]
 
+    def one_hot_predictions(
+        self, ctx: OneHotContexts, U_all: np.ndarray, V_all: np.ndarray, fp: np.ndarray | None
+    ) -> np.ndarray:
+        """``<U_a V_aᵀ, e_j e_kᵀ> = U_a[j] · V_a[k]`` for every arm, (B, K): O(K r), kept for
+        the round (the policy's prediction and the value wrapper's read the same)."""
+        entry = self._entry_for(ctx, fp)
+        if "preds" not in entry:
+            if self._unbatched:  # basic indexing: views
+                Uj, Vk = U_all[0, :, int(ctx.rows[0])], V_all[0, :, int(ctx.cols[0])]
+                entry["preds"] = (Uj * Vk).sum(axis=-1)[None]
+            else:
+                t = self._trials
+                entry["preds"] = np.einsum(
+                    "bkr,bkr->bk", U_all[t, :, ctx.rows], V_all[t, :, ctx.cols]
+                )
+        return entry["preds"].copy()
+
     def pulled(
         self,
         Xb: np.ndarray,
@@ -117,7 +174,8 @@ class ProductCache:
 
         Parameters
         ----------
-        Xb : ndarray of shape (B, d1, d2)
+        Xb : ndarray of shape (B, d1, d2), or OneHotContexts
+            The contexts (one-hot ones in index form: :func:`one_hot_products`).
         a : ndarray of int, shape (B,)
             The pulled arms.
         U_all, V_all : ndarray of shape (B, K, d1, r), (B, K, d2, r)
@@ -142,7 +200,9 @@ class ProductCache:
             U, V = U_all[0, a0][None], V_all[0, a0][None]
         else:
             U, V = U_all[self._trials, a], V_all[self._trials, a]  # gathered copies
-        if "XV" in entry:  # the all-arm product has run on this context
+        if isinstance(Xb, OneHotContexts):
+            XV, XtU = one_hot_products(Xb, U, V)
+        elif "XV" in entry:  # the all-arm product has run on this context
             XV = entry["XV"][np.arange(len(a)), :, a, :]
             XtU = context_products(Xb, U, V, xv=False)[1]
         else:

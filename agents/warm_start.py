@@ -75,7 +75,9 @@ paper's fixed 2000 rounds, which the studies pass explicitly.
 
 Beside this module, :mod:`agents.warm_start_rules` holds those two rules,
 :mod:`agents.warm_start_inputs` the validation of the data and the messages,
-:class:`~agents.warm_start_buffer.WarmStartBuffer` stores the exploration rounds and
+:class:`~agents.warm_start_buffer.WarmStartBuffer` stores the exploration rounds (for
+completion contexts :class:`~agents.completion_buffer.CompletionWarmStartBuffer`, their
+indices: 32 bytes a round, fitted by :mod:`agents.completion_fit` without a matrix) and
 :func:`~agents.buffer_pool.reuse_buffer_memory` lets successive buffers share their
 storage.  Every public name of these modules that the policies use is importable from here.
 """
@@ -87,6 +89,7 @@ from typing import Any
 import numpy as np
 
 from agents.buffer_pool import reuse_buffer_memory
+from agents.completion_buffer import CompletionWarmStartBuffer, completion_buffer_bytes
 from agents.factored_fit import factored_nuclear_norm_fit
 from agents.nuclear_norm import NuclearNormFit, proximal_fit
 from agents.warm_start_buffer import WarmStartBuffer, warm_start_buffer_bytes
@@ -104,6 +107,7 @@ from agents.warm_start_rules import (
     min_warm_start_pulls,
     start_weak_arms,
 )
+from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.validation import (
     check_choice,
     check_positive_float,
@@ -113,10 +117,12 @@ from lrbandit_gym.validation import (
 __all__ = [
     "DEFAULT_PENALTY_SCALE",
     "DEFAULT_WARM_START_ROUNDS",
+    "CompletionWarmStartBuffer",
     "NuclearNormFit",
     "ROUNDS_PER_DOF",
     "START_SCALE",
     "WarmStartBuffer",
+    "completion_buffer_bytes",
     "default_warm_start_rounds",
     "initial_estimate",
     "min_warm_start_pulls",
@@ -154,9 +160,12 @@ def nuclear_norm_fit(
 
     Parameters
     ----------
-    X : array_like of shape (n, d1, d2) or (B, n, d1, d2)
+    X : array_like of shape (n, d1, d2) or (B, n, d1, d2), or OneHotContexts
         Contexts (e.g. float32 from :class:`WarmStartBuffer`; the proximal fit runs in
-        float64).
+        float64).  Completion contexts may be given by their indices
+        (:class:`~lrbandit_gym.onehot.OneHotContexts`, as
+        :class:`~agents.completion_buffer.CompletionWarmStartBuffer` stores them): the
+        factored solver then never forms a context matrix (the proximal one does).
     actions : array_like of int, shape (n,) or (B, n)
     rewards : array_like of shape (n,) or (B, n)
     n_actions : int
@@ -279,6 +288,8 @@ def _fit_validated(
         )
         return out if batched else out[0]
     # (10) by FISTA with the data-driven penalty, then the tangent refit (agents.nuclear_norm).
+    if isinstance(Xa, OneHotContexts):  # the proximal solver works on the matrices
+        Xa = Xa.dense()
     B, n, d1, d2 = Xa.shape
     penalty_scale = check_positive_float(penalty_scale, "penalty_scale")
     max_iter = check_positive_int(max_iter, "max_iter")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.validation import check_choice, check_finite, check_positive_int
 
 __all__ = [
@@ -38,9 +39,12 @@ def name_list(listed: list[str]) -> str:
     return ", ".join(listed[:LISTED]) + (f" and {more} more" if more > 0 else "")
 
 
-def fit_failure(Xa: np.ndarray, y: np.ndarray, what: str) -> str:
+def fit_failure(Xa: np.ndarray | OneHotContexts, y: np.ndarray, what: str) -> str:
     """The message of a warm-start fit that failed numerically."""
-    xmax = float(np.abs(Xa).max()) if Xa.size else 0.0
+    if isinstance(Xa, OneHotContexts):
+        xmax = 1.0
+    else:
+        xmax = float(np.abs(Xa).max()) if Xa.size else 0.0
     ymax = float(np.abs(y).max()) if y.size else 0.0
     return (
         f"the warm-start fit of eq. (10) ended in {what} on {y.shape[-1]} rounds with largest "
@@ -93,9 +97,28 @@ def validate_inputs(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool]:
     """Checked inputs with a trial axis: ``X`` (B, n, d1, d2) in float32 or float64,
     ``actions``, ``rewards`` and ``weights`` (B, n), ``K`` and whether the input was batched.
+
+    Completion contexts may come as a :class:`~lrbandit_gym.onehot.OneHotContexts` of
+    shape ``(n, d1, d2)`` or ``(B, n, d1, d2)`` (their indices; ``context`` must then be
+    "completion"), and stay in that form.
     """
     K = check_positive_int(n_actions, "n_actions")
     check_choice(context, "context", CONTEXTS)
+    if isinstance(X, OneHotContexts):
+        if context != "completion":
+            raise ValueError(
+                f"X holds one-hot contexts as indices, which need context='completion'; got "
+                f"context={context!r}"
+            )
+        if X.rows.ndim not in (1, 2) or X.rows.size == 0:
+            raise ValueError(
+                f"X must have shape (n, d1, d2) or (B, n, d1, d2) with n >= 1, got {X.shape}"
+            )
+        bad = (X.rows < 0) | (X.rows >= X.d1) | (X.cols < 0) | (X.cols >= X.d2)
+        if bad.any():
+            raise ValueError(f"X holds an index outside ({X.d1}, {X.d2}): {X!r}")
+        Xa = X if X.rows.ndim == 2 else X[None]
+        return (Xa, *_check_round_data(actions, rewards, weights, K, *Xa.shape[:2], X.ndim == 4))
     Xa = np.asarray(X)
     if Xa.dtype.kind not in "iuf":
         raise ValueError(f"X must be a real array, got dtype {Xa.dtype}")
@@ -110,6 +133,26 @@ def validate_inputs(
     if Xa.dtype != np.float32:
         Xa = Xa.astype(np.float64, copy=False)
     check_finite(Xa if batched else Xa[0], "X", batched=batched)
+    acts, rew, w, K, batched = _check_round_data(actions, rewards, weights, K, B, n, batched)
+    if context == "completion":
+        flat = Xa.reshape(B, n, d1 * d2)
+        ok = (np.count_nonzero(flat, axis=2) == 1) & np.isclose(flat.sum(axis=2), 1.0)
+        if not ok.all():
+            b, t = (int(i) for i in np.argwhere(~ok)[0])
+            where = f"X[{b}, {t}]" if batched else f"X[{t}]"
+            raise ValueError(
+                f"context='completion' needs one-hot contexts e_j e_k^T; {where} has "
+                f"{int(np.count_nonzero(flat[b, t]))} non-zero entries summing to "
+                f"{float(flat[b, t].sum())!r}"
+            )
+    return Xa, acts, rew, w, K, batched
+
+
+def _check_round_data(
+    actions: Any, rewards: Any, weights: Any, K: int, B: int, n: int, batched: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, bool]:
+    """:func:`validate_inputs`' checks of the actions, rewards and weights of ``n`` rounds
+    (``B`` trials): ``(actions, rewards, weights, K, batched)`` with a trial axis."""
     lead = (B, n) if batched else (n,)
 
     def first_bad(bad: np.ndarray) -> str:
@@ -152,15 +195,4 @@ def validate_inputs(
             raise ValueError(
                 f"weights must be finite and >= 0, got {w[bad][0].item()!r}{first_bad(bad)}"
             )
-    if context == "completion":
-        flat = Xa.reshape(B, n, d1 * d2)
-        ok = (np.count_nonzero(flat, axis=2) == 1) & np.isclose(flat.sum(axis=2), 1.0)
-        if not ok.all():
-            b, t = (int(i) for i in np.argwhere(~ok)[0])
-            where = f"X[{b}, {t}]" if batched else f"X[{t}]"
-            raise ValueError(
-                f"context='completion' needs one-hot contexts e_j e_k^T; {where} has "
-                f"{int(np.count_nonzero(flat[b, t]))} non-zero entries summing to "
-                f"{float(flat[b, t].sum())!r}"
-            )
-    return Xa, acts, rew, w, K, batched
+    return acts, rew, w, K, batched

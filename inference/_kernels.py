@@ -6,7 +6,9 @@ for balanced factors (as :class:`agents.LowRankSGD` stores them): queueing the h
 estimates of the arms that moved (:mod:`inference.held_queue`), then the pulled arm's
 residual, ``<G_t, X_t>`` from the targets' singular triplets
 (:mod:`inference.tangent_space`), the ``sigma^2`` and ``S^2`` sums and the correction term
-of Algorithm 2, in one loop over trials.  Imported only when numba runs.
+of Algorithm 2, in one loop over trials.  :func:`absorb_one_hot` does the pulled arm's part
+for completion contexts ``e_j e_kᵀ`` given by their index, at O(r) per target triplet
+beyond the targets' support.  Imported only when numba runs.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from inference.held_queue import DebiasedSum
     from inference.tangent_space import TargetTriplets
 
-__all__ = ["absorb_balanced", "absorb_round"]
+__all__ = ["absorb_balanced", "absorb_one_hot", "absorb_round", "one_hot_round", "replace_held"]
 
 
 def absorb_balanced(
@@ -244,3 +246,168 @@ def absorb_round(
         if w > 0.0:
             pulls[b, k] += 1
     return queued
+
+
+def absorb_one_hot(
+    triplets: TargetTriplets,
+    rows: np.ndarray,
+    cols: np.ndarray,
+    Ua: np.ndarray,
+    Va: np.ndarray,
+    sq: np.ndarray,
+    action: np.ndarray,
+    reward: np.ndarray,
+    weight: np.ndarray,
+    *,
+    c: float,
+    kappa: float,
+    debias: bool,
+    sigma_sum: np.ndarray,
+    S2_sum: np.ndarray,
+    acc: np.ndarray,
+    pulls: np.ndarray,
+) -> None:
+    """The pulled arm's part of a round on completion contexts ``e_j e_kᵀ`` (``rows`` j,
+    ``cols`` k, shape (B,)), for balanced factors ``Ua``, ``Va`` with singular values
+    ``sq``: :func:`one_hot_round` (the held estimates are the caller's)."""
+    one_hot_round(
+        rows,
+        cols,
+        Ua,
+        Va,
+        sq,
+        action,
+        reward,
+        weight,
+        c,
+        kappa,
+        triplets.Xs,
+        triplets.Ys,
+        triplets.x_rows,
+        triplets.y_rows,
+        triplets.Xs_sub,
+        triplets.Ys_sub,
+        triplets.Sw,
+        debias,
+        sigma_sum,
+        S2_sum,
+        acc,
+        pulls,
+    )
+
+
+@njit(cache=True)
+def one_hot_round(
+    rows,
+    cols,
+    U,
+    V,
+    sq,
+    action,
+    reward,
+    weight,
+    c,
+    kappa,
+    Xs_full,
+    Ys_full,
+    x_rows,
+    y_rows,
+    Xs,
+    Ys,
+    Sw,
+    debias,
+    sigma_sum,
+    S2_sum,
+    acc,
+    pulls,
+):
+    """:func:`absorb_round`'s pulled-arm part for ``X_b = e_j e_kᵀ``, in place.
+
+    With ``X = e_j e_kᵀ``: ``<M_hat, X> = U[j] · V[k]``, and for a triplet ``x yᵀ`` with
+    ``α = (q Uᵀx) · U[j]`` and ``β = (q Vᵀy) · V[k]`` (``q = D^{-1}``, the squared inverse
+    column norms), ``<x yᵀ, P_U X> = y_k α``, ``<x yᵀ, X P_V> = x_j β`` and
+    ``<x yᵀ, P_U X P_V> = α β``.  ``Xs_full`` (d1, R), ``Ys_full`` (d2, R) are the triplets'
+    vectors; ``Xs``, ``Ys`` their rows ``x_rows``, ``y_rows`` in the support.  ``acc`` is
+    (B, K, d1 d2): the correction ``c w res`` goes to entry ``j d2 + k``.
+    """
+    B, d1, r = U.shape
+    d2 = V.shape[1]
+    R = Xs.shape[1]
+    nT = Sw.shape[1]
+    q = np.empty(r)
+    term = np.empty(R)
+    for b in range(B):
+        j = rows[b]
+        k = cols[b]
+        arm = action[b]
+        pred = 0.0
+        for s in range(r):
+            pred += U[b, j, s] * V[b, k, s]
+        top = 0.0
+        for s in range(r):
+            top = max(top, sq[b, s])
+        for s in range(r):
+            keep = sq[b, s] > EIG_FLOOR * top and top > 0.0
+            q[s] = 1.0 / sq[b, s] if keep else 0.0
+        for ll in range(R):
+            alpha = 0.0
+            beta = 0.0
+            for s in range(r):
+                ta = 0.0
+                for i in range(x_rows.shape[0]):
+                    ta += U[b, x_rows[i], s] * Xs[i, ll]
+                tb = 0.0
+                for i in range(y_rows.shape[0]):
+                    tb += V[b, y_rows[i], s] * Ys[i, ll]
+                alpha += ta * q[s] * U[b, j, s]
+                beta += tb * q[s] * V[b, k, s]
+            term[ll] = Ys_full[k, ll] * alpha + Xs_full[j, ll] * beta - kappa * alpha * beta
+        res = reward[b] - pred
+        w = weight[b]
+        cw = c * w
+        sigma_sum[b, arm] += w * res * res
+        for m in range(nT):
+            g = 0.0
+            for ll in range(R):
+                g += term[ll] * Sw[ll, m]
+            S2_sum[b, arm, m] += cw * cw * g * g
+        coef = cw * res
+        if debias and coef != 0.0:
+            acc[b, arm, j * d2 + k] += coef
+        if w > 0.0:
+            pulls[b, arm] += 1
+
+
+@njit(cache=True)
+def replace_held(acc, acc_cols, held, last_U, last_V, bi, ki, U_new, V_new, rows, cols):
+    """:meth:`inference.held_queue.DebiasedSum.hold`'s in-place replacement, compiled: for
+    each change ``n`` (trial ``bi``, arm ``ki``) whose estimate moved only in row
+    ``rows[n]`` and column ``cols[n]``, ``held * (M_new − M_old)`` is subtracted on that row
+    (from ``acc`` (B, K, d1 d2)) and column (from ``acc_cols`` (B, K, d2 d1), transposed),
+    then the new factors are stored."""
+    d1, r = last_U.shape[2], last_U.shape[3]
+    d2 = last_V.shape[2]
+    for n in range(bi.shape[0]):
+        b = bi[n]
+        a = ki[n]
+        j = rows[n]
+        k = cols[n]
+        h = float(held[b, a])
+        for i in range(d2):  # row j, the entry (j, k) included
+            new = 0.0
+            old = 0.0
+            for s in range(r):
+                new += V_new[n, i, s] * U_new[n, j, s]
+                old += last_V[b, a, i, s] * last_U[b, a, j, s]
+            acc[b, a, j * d2 + i] -= h * (new - old)
+        for i in range(d1):  # column k, without the entry (j, k)
+            if i == j:
+                continue
+            new = 0.0
+            old = 0.0
+            for s in range(r):
+                new += U_new[n, i, s] * V_new[n, k, s]
+                old += last_U[b, a, i, s] * last_V[b, a, k, s]
+            acc_cols[b, a, k * d1 + i] -= h * (new - old)
+        last_U[b, a] = U_new[n]
+        last_V[b, a] = V_new[n]

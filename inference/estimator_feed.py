@@ -24,9 +24,12 @@ __all__ = ["EstimatorFeed", "RoundSnapshot"]
 class RoundSnapshot(NamedTuple):
     """What the core reads of one round's estimate, taken before the estimator's step."""
 
-    changes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    changes: tuple[np.ndarray, ...]
     """``(trials, arms, U, V)``: the (trial, arm) pairs whose factors moved since the core's
-    last round, with their current factors."""
+    last round, with their current factors; ``(trials, arms, U, V, support)`` for a
+    completion estimator, ``support`` the ``(j, k)`` of the one step that moved each pair
+    (``(-1, -1)`` where it moved otherwise or more than once) from
+    :attr:`agents.LowRankSGD.step_support`."""
     U: np.ndarray
     """Pulled arms' ``U_a`` (B, d1, r)."""
     V: np.ndarray
@@ -68,7 +71,8 @@ class EstimatorFeed:
         self, Xb: np.ndarray, actions: np.ndarray, fingerprint: np.ndarray | None = None
     ) -> RoundSnapshot:
         """The parts of the current estimate the core needs for context ``Xb`` (B, d1, d2)
-        and pulled ``actions`` (B,), both validated; call it before the estimator's step."""
+        (or :class:`~lrbandit_gym.onehot.OneHotContexts`) and pulled ``actions`` (B,), both
+        validated; call it before the estimator's step."""
         est = self.estimator
         pulled = est.pulled(Xb, actions, fingerprint)
         U, V = pulled.U, pulled.V
@@ -76,15 +80,21 @@ class EstimatorFeed:
             U, V = U.copy(), V.copy()
         versions = est.arm_versions.copy()
         seen = self._seen
+        support = None
         if seen is not None and seen[0] == self.core.position:
-            trials, arms = np.nonzero(versions != seen[1])
+            moved = versions - seen[1]
+            trials, arms = np.nonzero(moved)
+            if est.context == "completion":  # one step on e_j e_kᵀ: row j, column k moved
+                one_step = (moved[trials, arms] == 1)[:, None]
+                support = np.where(one_step, est.step_support[trials, arms], -1)
         else:
             U_all, V_all = est.batched_factors
             trials, arms = np.nonzero(self.core.changed_arms(U_all, V_all))
         U_moved, V_moved = est.arm_factors(trials, arms)
-        return RoundSnapshot(
-            (trials, arms, U_moved, V_moved), U, V, (pulled.XV, pulled.XtU, pulled.sv), versions
-        )
+        changes = (trials, arms, U_moved, V_moved)
+        if support is not None:
+            changes += (support,)
+        return RoundSnapshot(changes, U, V, (pulled.XV, pulled.XtU, pulled.sv), versions)
 
     def absorb(
         self,

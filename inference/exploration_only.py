@@ -46,7 +46,6 @@ from lrbandit_gym.validation import (
     check_batch_vector,
     check_factors,
     check_flags,
-    check_matrix_stack,
 )
 
 __all__ = ["ExplorationOnlyInference"]
@@ -90,6 +89,7 @@ class ExplorationOnlyInference(_DebiasedLinearForm):
             Factors of the estimates before round ``t``'s update, shapes ``(K, d1, r)``,
             ``(K, d2, r)`` (batched: leading ``B``).
         X : array_like of shape (d1, d2) or (B, d1, d2)
+            With ``context="completion"`` also its index ``[j, k]`` (shape (2,) or (B, 2)).
         action : int or array_like of int of shape (B,)
         reward : float or array_like of shape (B,)
         explored : bool or array_like of bool of shape (B,)
@@ -105,7 +105,7 @@ class ExplorationOnlyInference(_DebiasedLinearForm):
             On any malformed input; the object is then unchanged.
         """
         Ub, Vb = check_factors(U, V, self.n_actions, self.d1, self.d2, self.rank, self.n_trials)
-        Xb = check_matrix_stack(X, (self.d1, self.d2), self.n_trials, "X")
+        Xb = self._check_contexts(X)
         a = check_actions(action, self.n_actions, self.n_trials)
         y = check_batch_vector(reward, self.n_trials, "reward")
         flags = check_flags(explored, self.n_trials, "explored")

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.product_cache import one_hot_products
 from inference._persistence import check_config, check_count, copy_arrays
 from inference.held_queue import DebiasedSum
 from inference.results import (
@@ -39,6 +40,7 @@ from inference.results import (
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from inference.tangent_space import TargetTriplets, pulled_arm_terms
 from lrbandit_gym import engine
+from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.validation import (
     check_actions,
     check_arm,
@@ -173,6 +175,20 @@ class _DebiasedLinearForm:
         return self._out(self._S2_sum / self._n if self._n else self._S2_sum * np.nan)
 
     # ------------------------------------------------------------------ one round
+    def _check_contexts(self, X: Any) -> np.ndarray | OneHotContexts:
+        """Validate ``update``'s contexts: ``(B, d1, d2)``, or for completion contexts
+        :class:`~lrbandit_gym.onehot.OneHotContexts` (from an index ``[j, k]``, shape (2,)
+        or (B, 2), or from one-hot matrices, found in one pass)."""
+        completion = self.context == "completion"
+        if completion and is_index_like(X, self.n_trials):
+            return check_index(X, self.d1, self.d2, self.n_trials)
+        Xb = check_matrix_stack(X, (self.d1, self.d2), self.n_trials, "X")
+        if completion:
+            ctx = one_hot_contexts(Xb)
+            if ctx is not None:
+                return ctx
+        return Xb
+
     def changed_arms(self, U: np.ndarray, V: np.ndarray) -> np.ndarray:
         """Which arms' factors differ from the ones last absorbed.
 
@@ -235,12 +251,18 @@ class _DebiasedLinearForm:
 
         Parameters
         ----------
-        changes : tuple ``(bi, ki, U_new, V_new)``
+        changes : tuple ``(bi, ki, U_new, V_new)`` or ``(bi, ki, U_new, V_new, support)``
             The (trial, arm) pairs whose factors differ from the ones last absorbed (every
             pair in the first round), with their new factors, shapes (m, d1, r), (m, d2, r).
+            ``support`` (m, 2), optional: ``(j, k)`` where a change is one SGD step on the
+            completion context ``e_j e_kᵀ`` (its estimate moved only in row ``j`` and
+            column ``k``; :attr:`agents.LowRankSGD.step_support`), ``(-1, -1)`` where not
+            known: ``Σ_t M̂`` then follows it at O((d1 + d2) r) (:mod:`inference.held_queue`).
         Ua, Va : ndarray of shape (B, d1, r) and (B, d2, r)
             The pulled arms' factors.
-        X : ndarray of shape (B, d1, d2)
+        X : ndarray of shape (B, d1, d2), or OneHotContexts
+            The contexts; completion contexts in index form make the round O((d1 + d2) r)
+            (with ``support``).
         action : ndarray of int, shape (B,)
         reward : ndarray of shape (B,)
         weight : ndarray of shape (B,)
@@ -254,10 +276,17 @@ class _DebiasedLinearForm:
             (B, r)), when the estimator computed them for its own step; ``D_a`` (the
             singular values) is only read with ``balanced=True``.
         """
+        one_hot = isinstance(X, OneHotContexts)
         if balanced and products is not None and engine.compiled():
-            self._absorb_compiled(changes, Ua, Va, X, action, reward, weight, products)
+            if one_hot:  # the held estimates here, the pulled arm's O(r) part compiled
+                self._sum.hold(*changes)
+                self._absorb_one_hot_compiled(Ua, Va, X, action, reward, weight, products[2])
+            else:  # (the queue of held estimates is exact for any change: no support needed)
+                self._absorb_compiled(changes[:4], Ua, Va, X, action, reward, weight, products)
         else:
             trials = np.arange(self._B)
+            if one_hot and products is None:  # X V_a = e_j V_a[k]ᵀ, Xᵀ U_a = e_k U_a[j]ᵀ
+                products = (*one_hot_products(X, Ua, Va), None)
             # Σ_t M̂_{i,t−1}: the arms whose estimate moved queue the one they held.
             self._sum.hold(*changes)
             # <M̂_{a_t,t−1}, X_t> and <G_t, X_t> (every target) of the pulled arm.
@@ -273,6 +302,31 @@ class _DebiasedLinearForm:
             self._pulls[trials, action] += weight > 0
         self._n += 1
         self._cache.clear()
+
+    def _absorb_one_hot_compiled(self, Ua, Va, X, action, reward, weight, sq) -> None:
+        """:meth:`absorb_parts`' pulled-arm part for balanced factors and completion contexts
+        in index form: ``<M̂, X_t>``, ``<G_t, X_t>``, the sums and the correction entry in
+        one compiled loop over trials (:func:`inference._kernels.absorb_one_hot`)."""
+        from inference import _kernels
+
+        _kernels.absorb_one_hot(
+            self._triplets,
+            X.rows,
+            X.cols,
+            Ua,
+            Va,
+            sq,
+            action,
+            reward,
+            weight,
+            c=self.c,
+            kappa=self._kappa,
+            debias=self.ablation != "no_debias",
+            sigma_sum=self._sigma_sum,
+            S2_sum=self._S2_sum,
+            acc=self._sum.acc,
+            pulls=self._pulls,
+        )
 
     def _absorb_compiled(self, changes, Ua, Va, X, action, reward, weight, products) -> None:
         """:meth:`absorb_parts` for balanced factors: the same arithmetic in one compiled
@@ -638,7 +692,8 @@ class LinearFormInference(_DebiasedLinearForm):
         V : array_like of shape (K, d2, r) or (B, K, d2, r)
             Right factors; ``M_hat_a = U[a] @ V[a].T``.
         X : array_like of shape (d1, d2) or (B, d1, d2)
-            Context ``X_t``.
+            Context ``X_t``; with ``context="completion"`` also its index ``[j, k]``
+            (integers, shape (2,) or (B, 2)).
         action : int or array_like of int of shape (B,)
             Pulled arm ``a_t``.
         reward : float or array_like of shape (B,)
@@ -652,7 +707,7 @@ class LinearFormInference(_DebiasedLinearForm):
             On any malformed input; the object is then unchanged.
         """
         Ub, Vb = check_factors(U, V, self.n_actions, self.d1, self.d2, self.rank, self.n_trials)
-        Xb = check_matrix_stack(X, (self.d1, self.d2), self.n_trials, "X")
+        Xb = self._check_contexts(X)
         a = check_actions(action, self.n_actions, self.n_trials)
         y = check_batch_vector(reward, self.n_trials, "reward")
         p = check_propensities(propensities, a, self.n_actions, self.n_trials)

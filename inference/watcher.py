@@ -23,12 +23,17 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorRewardWrapper
 from agents.base import problem_shape
 from agents.estimator import LowRankSGD
 from agents.warm_start import (
+    CompletionWarmStartBuffer,
     WarmStartBuffer,
+    completion_buffer_bytes,
     default_warm_start_rounds,
     warm_start_buffer_bytes,
 )
+from agents.warm_start_check import check_buffer
 from inference.results import InsufficientDataWarning, interval_rows, warn_insufficient
+from inference.sequences import DEFAULT_TUNING_N
 from lrbandit_gym.decision import split_decision
+from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.validation import check_propensities
 
 __all__ = ["InferenceWrapperBase"]
@@ -106,9 +111,12 @@ class InferenceWrapperBase:
                     f"warm_start must be a positive number of rounds; got {warm_start!r}"
                 )
             self.warm_start_rounds = int(rounds)
-            need = warm_start_buffer_bytes(
-                self.d1, self.d2, self.warm_start_rounds, n_trials=self.n_trials
-            )
+            if self._shape.context == "completion":  # indices and values: 32 bytes a round
+                need = completion_buffer_bytes(self.warm_start_rounds, n_trials=self.n_trials)
+            else:
+                need = warm_start_buffer_bytes(
+                    self.d1, self.d2, self.warm_start_rounds, n_trials=self.n_trials
+                )
             if need > _MAX_BUFFER_BYTES:
                 raise ValueError(
                     f"the wrapper's own warm start of {self.warm_start_rounds} rounds needs a "
@@ -116,9 +124,7 @@ class InferenceWrapperBase:
                     "MiB: share the agent's estimator (estimator=agent.estimator) or pass a "
                     "shorter warm_start="
                 )
-            self._buffer = WarmStartBuffer(
-                self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials
-            )
+            self._buffer = self._new_buffer()
         else:
             for name in ("d1", "d2", "n_actions", "n_trials"):
                 mine = getattr(self, name)
@@ -129,6 +135,9 @@ class InferenceWrapperBase:
                     )
             self.warm_start_rounds = 0
             self._buffer = None
+        #: The held-out check of the own estimator's warm start
+        #: (:class:`agents.warm_start_check.WarmStartCheck`), once it has run.
+        self.warm_start_check = None
         self.estimator = estimator
         self.rank = estimator.rank
         self._obs = None
@@ -138,6 +147,19 @@ class InferenceWrapperBase:
         self._pending = None  # the chain's prepared updates, from the wrapper above
         self.rounds_seen = 0
         self.rounds_skipped = 0
+
+    def _new_buffer(self) -> WarmStartBuffer | CompletionWarmStartBuffer:
+        """An empty buffer for the own estimator's warm start (indices for completion
+        contexts)."""
+        cls = CompletionWarmStartBuffer if self._shape.context == "completion" else WarmStartBuffer
+        return cls(self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials)
+
+    def _batched(self, x):
+        """The context ``x`` from :meth:`_context` in the batched layout (B, d1, d2), or as
+        :class:`~lrbandit_gym.onehot.OneHotContexts` (already batched)."""
+        if isinstance(x, OneHotContexts) or self.n_trials is not None:
+            return x
+        return x[None]
 
     @classmethod
     def _check_kind(cls, env) -> None:
@@ -186,8 +208,18 @@ class InferenceWrapperBase:
             env = getattr(env, "env", None)
         return None
 
-    def _context(self, obs) -> np.ndarray:
-        shape = (self.d1, self.d2) if self.n_trials is None else (self.n_trials, self.d1, self.d2)
+    def _context(self, obs) -> np.ndarray | OneHotContexts:
+        """The observation as a context: ``(d1, d2)`` (``(B, d1, d2)`` under a vector env),
+        or, for a completion index ``[j, k]``, :class:`~lrbandit_gym.onehot.OneHotContexts`
+        (checked by :meth:`_check_context` before it is used)."""
+        b = self.n_trials
+        if self._shape.context == "completion" and is_index_like(obs, b):
+            idx = np.asarray(obs)
+            if idx.dtype.kind in "iu":
+                idx = idx.reshape(-1, 2).astype(np.int64, copy=False)
+                return OneHotContexts._of(idx[:, 0], idx[:, 1], self.d1, self.d2)
+            return idx  # refused by _check_context
+        shape = (self.d1, self.d2) if b is None else (b, self.d1, self.d2)
         return np.asarray(obs, dtype=float).reshape(shape)
 
     def _resolve(self, action):
@@ -205,6 +237,10 @@ class InferenceWrapperBase:
             # The inference wrapper just above checked this very action and context
             # within this step: nothing can have changed them since.
             self._fp = handed.fingerprint
+            if self._shape.context == "completion" and not isinstance(self._x, OneHotContexts):
+                ctx = one_hot_contexts(self._batched(self._x))  # as _check_context does
+                if ctx is not None:
+                    self._x = ctx
             self._checked = handed
             return handed.actions, handed.propensities
         arm, props = split_decision(action)
@@ -241,12 +277,27 @@ class InferenceWrapperBase:
     def _check_context(self) -> np.ndarray | None:
         """Refuse a non-finite context before the step.  With a :class:`LowRankSGD` the
         check is the context's fingerprint (one pass), which is returned for the
-        estimator's product cache; otherwise None."""
+        estimator's product cache; otherwise None.
+
+        A completion index is checked for range; a dense one-hot completion context is
+        replaced by its index form (one pass), which the estimator and the core read at
+        O((d1 + d2) r)."""
+        if self._shape.context == "completion" and (
+            isinstance(self._x, OneHotContexts) or is_index_like(self._x, self.n_trials)
+        ):
+            check_index(self._obs_raw, self.d1, self.d2, self.n_trials, name="the context")
+            if isinstance(self.estimator, LowRankSGD):
+                return self.estimator.fingerprint(self._x)
+            return None
         fp = None
         if isinstance(self.estimator, LowRankSGD):
-            xb = self._x if self.n_trials is not None else self._x[None]
+            xb = self._batched(self._x)
             fp = self.estimator.fingerprint(xb)
             if np.isfinite(fp).all():
+                if self._shape.context == "completion":
+                    ctx = one_hot_contexts(xb)
+                    if ctx is not None:  # its fingerprint is the dense one's
+                        self._x = ctx
                 return fp
         if not np.isfinite(self._x).all():
             raise ValueError("the context the environment returned is not finite (NaN or inf)")
@@ -274,7 +325,7 @@ class InferenceWrapperBase:
         """
         if not self.owns_estimator:
             return _nothing, _nothing
-        xb = x if self.n_trials is not None else x[None]
+        xb = self._batched(x)
         buffer = self._buffer
         if buffer is not None:
             weights = 1.0 / props[np.arange(props.shape[0]), actions]
@@ -284,12 +335,21 @@ class InferenceWrapperBase:
             buffer.add_validated(xb, actions, rewards, weights)
             try:  # defined for every arm, even one the logging policy never played
                 M_init = buffer.initial_estimate(rank=self.rank, context=self._shape.context)
+                # Warns when M_init is too far from the truth for the theory (held out).
+                check = check_buffer(
+                    buffer,
+                    rank=self.rank,
+                    context=self._shape.context,
+                    who=f"{type(self).__name__}'s own warm start",
+                    stacklevel=5,  # the caller of the wrapper's step()
+                )
             except BaseException:
                 buffer.discard_last()
                 raise
 
             def start():
                 self.estimator.initialize(M_init)
+                self.warm_start_check = check
                 self._buffer = None
 
             return start, buffer.discard_last
@@ -397,11 +457,18 @@ class InferenceWrapperBase:
             stacklevel=4,
         )
 
-    def to_frame(self, confidence_level: float = 0.95):
+    def to_frame(
+        self,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ):
         """Every interval of this wrapper and of the inference wrappers below it in the
         stack, as a pandas DataFrame (needs pandas): one row per quantity and trial, with
         columns ``quantity``, ``trial``, ``estimate``, ``low``, ``high``,
-        ``standard_error`` and ``p_value``, outermost wrapper first."""
+        ``standard_error`` and ``p_value``, outermost wrapper first.  ``kind`` and
+        ``tuning_n`` choose fixed-n intervals or confidence sequences, as in ``interval``."""
         try:
             import pandas as pd
         except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -410,7 +477,7 @@ class InferenceWrapperBase:
         env = self
         while env is not None:
             if isinstance(env, InferenceWrapperBase):
-                for label, ci in env.results(confidence_level):
+                for label, ci in env.results(confidence_level, kind=kind, tuning_n=tuning_n):
                     for trial, row in enumerate(interval_rows(ci)):
                         records.append({"quantity": label, "trial": trial, **row})
             env = getattr(env, "env", None)
@@ -434,13 +501,7 @@ class InferenceWrapperBase:
             if state["buffer"] is None:
                 self._buffer = None
             else:
-                self._buffer = WarmStartBuffer(
-                    self.d1,
-                    self.d2,
-                    self.n_actions,
-                    self.warm_start_rounds,
-                    n_trials=self.n_trials,
-                )
+                self._buffer = self._new_buffer()
                 self._buffer.load_state_dict(state["buffer"])
         if state["obs"] is not None:
             self._set_obs(np.array(state["obs"], copy=True))

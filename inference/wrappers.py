@@ -40,6 +40,7 @@ from inference.optimal_value import OptimalValueInference
 from inference.results import IntervalEstimate, format_table
 from inference.sequences import DEFAULT_TUNING_N
 from inference.watcher import InferenceWrapperBase
+from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = [
     "ParameterInference",
@@ -90,13 +91,11 @@ class _ParameterMixin(InferenceWrapperBase):
             return "factors", ((u, v) if self.n_trials is not None else (u[None], v[None]))
         # A LowRankSGD: only what the core reads, the products X V_a and Xᵀ U_a of the
         # pulled arms shared with the estimator's own update of this round.
-        xb = x if self.n_trials is not None else x[None]
-        return "parts", self._feed.snapshot(xb, actions, self._fp)
+        return "parts", self._feed.snapshot(self._batched(x), actions, self._fp)
 
     def _absorb(self, snapshot, x, actions, rewards, props):
         kind, parts = snapshot
-        if self.n_trials is None:
-            x = x[None]
+        x = self._batched(x)
         # Inputs were validated before the step (decision, reward).
         if kind == "factors":
             self.core.update_validated(*parts, x, actions, rewards, props)
@@ -206,9 +205,10 @@ class _ValueMixin(InferenceWrapperBase):
 
     def _snapshot(self, x, actions, props):
         if isinstance(self.estimator, LowRankSGD):  # shares the agent's X V of this round
-            xb = x if self.n_trials is not None else x[None]
-            pred = self.estimator.predict_validated(xb, self._fp)
+            pred = self.estimator.predict_validated(self._batched(x), self._fp)
         else:
+            if isinstance(x, OneHotContexts):  # another estimator reads the matrix
+                x = x.dense() if self.n_trials is not None else x.dense()[0]
             pred = np.array(self.estimator.predict(x), ndmin=2)
         self.core.check_predictions(pred, props)  # before the step: 1/(1 - e_t) must exist
         return pred

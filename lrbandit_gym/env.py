@@ -10,7 +10,7 @@ import numpy as np
 from gymnasium import spaces
 
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.problem import BanditProblem, GroundTruthMixin
+from lrbandit_gym.problem import BanditProblem, GroundTruthMixin, observation_space
 from lrbandit_gym.sampling import draw_contexts, draw_noise
 
 __all__ = ["MatrixContextBanditEnv", "check_action"]
@@ -53,7 +53,12 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
     The context of the next round: ``Box(-inf, inf, (d1, d2))`` for Gaussian contexts
     (i.i.d. N(0, 1) entries), ``Box(0, 1, (d1, d2))`` for completion contexts (one-hot
     ``e_j e_kᵀ`` with ``(j, k)`` uniform).  ``flatten=True`` gives shape ``(d1·d2,)``, the
-    form stable-baselines3's MLP policies take.  The truth is never in the observation.
+    form stable-baselines3's MLP policies take.  For completion contexts
+    ``observation="index"`` gives the revealed index instead: ``MultiDiscrete([d1, d2])``,
+    an int64 array ``[j, k]``, which the agents and the inference wrappers read without
+    ever forming the ``d1 x d2`` matrix (a round then costs O((d1 + d2) r) instead of
+    O(d1 d2)); same draws, rewards and ``info`` as the matrix form with the same seed.  The
+    truth is never in the observation.
 
     ## Rewards
     ``y_t``.  ``info`` after every step (fixed keys and shapes, oracle values for the context
@@ -81,6 +86,8 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
                                                all scaled to standard deviation σ
     flatten        False                       flat ``(d1·d2,)`` observations
     dtype          float64                     observation dtype (float32 or float64)
+    observation    "matrix"                    "matrix" or, for completion contexts,
+                                               "index" (the pair ``(j, k)``, int64)
     ============== =========================== ===========================================
 
     ## Ground truth (on ``env.unwrapped``)
@@ -88,7 +95,7 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
     ``(K,)``, ``context_scale`` (``c`` of Appendix C).
 
     ## Version History
-    * v0: initial version.
+    * v0: initial version (``observation="index"`` added later: the same dynamics).
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -108,6 +115,7 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
         flatten: bool = False,
         dtype=np.float64,
         render_mode: str | None = None,
+        observation: str = "matrix",
     ):
         self.problem = BanditProblem(
             d1,
@@ -130,11 +138,9 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
         self.render_mode = render_mode
         self.flatten = bool(flatten)
         p = self.problem
-        shape = (p.d1 * p.d2,) if self.flatten else (p.d1, p.d2)
-        if p.context == "gaussian":
-            self.observation_space = spaces.Box(-np.inf, np.inf, shape, dtype=p.dtype)
-        else:
-            self.observation_space = spaces.Box(0.0, 1.0, shape, dtype=p.dtype)
+        self.observation_space = observation_space(p, self.flatten, observation)
+        #: "matrix" or "index" (the observation form, see Observation Space).
+        self.observation = observation
         self.action_space = spaces.Discrete(p.n_actions)
         self._context: np.ndarray | None = None
         self._expected: np.ndarray | None = None
@@ -143,7 +149,15 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
     # -- dynamics -----------------------------------------------------------------------
     def _draw(self) -> np.ndarray:
         p = self.problem
-        x, flat_index = draw_contexts(self.np_random, 1, p.d1, p.d2, p.context, p.dtype)
+        index = self.observation == "index"
+        x, flat_index = draw_contexts(
+            self.np_random, 1, p.d1, p.d2, p.context, p.dtype, matrix=not index
+        )
+        if index:  # the pair (j, k); no d1 x d2 matrix is built
+            f = int(flat_index[0])
+            self._expected = p.flat_params[:, f].copy()
+            self._context = np.array(divmod(f, p.d2), dtype=np.int64)
+            return self._context.copy()
         x = x[0]
         # Oracle rewards are computed at draw time, so an agent that edits the observation
         # in place cannot change the reward it will receive.

@@ -9,12 +9,16 @@ from __future__ import annotations
 from functools import cached_property
 
 import numpy as np
+from gymnasium import spaces
 
 from lrbandit_gym.sampling import CONTEXTS, NOISES
 from lrbandit_gym.truth import draw_low_rank_truth, optimal_value, validate_params
 from lrbandit_gym.validation import check_positive_int
 
-__all__ = ["BanditProblem", "GroundTruthMixin"]
+__all__ = ["OBSERVATIONS", "BanditProblem", "GroundTruthMixin", "observation_space"]
+
+#: Forms of the observation: the context matrix, or (completion contexts only) its index.
+OBSERVATIONS = ("matrix", "index")
 
 
 class BanditProblem:
@@ -138,3 +142,38 @@ class GroundTruthMixin:
     def linear_form(self, target) -> np.ndarray:
         """``<M_a, T>`` for every arm, shape ``(K,)``."""
         return self.problem.linear_form(target)
+
+
+def observation_space(problem: BanditProblem, flatten: bool, observation: str) -> spaces.Space:
+    """The observation space of one environment, after checking ``observation``.
+
+    ``"matrix"``: ``Box(-inf, inf, (d1, d2))`` for Gaussian contexts, ``Box(0, 1, (d1, d2))``
+    for completion contexts (``(d1·d2,)`` with ``flatten``).  ``"index"`` (completion
+    contexts only): ``MultiDiscrete([d1, d2])``, the pair ``(j, k)`` of ``X = e_j e_kᵀ`` as
+    int64, so that a round never builds the ``d1 x d2`` matrix.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``observation``, ``"index"`` with Gaussian contexts, or ``"index"``
+        with ``flatten=True``.
+    """
+    if observation not in OBSERVATIONS:
+        raise ValueError(f"observation must be one of {OBSERVATIONS}; got {observation!r}")
+    p = problem
+    if observation == "index":
+        if p.context != "completion":
+            raise ValueError(
+                "observation='index' needs context='completion' (a Gaussian context has no "
+                f"index); got context={p.context!r}"
+            )
+        if flatten:
+            raise ValueError(
+                "flatten=True applies to matrix observations; observation='index' is already "
+                "flat (the pair (row, column))"
+            )
+        return spaces.MultiDiscrete([p.d1, p.d2], dtype=np.int64)
+    shape = (p.d1 * p.d2,) if flatten else (p.d1, p.d2)
+    if p.context == "gaussian":
+        return spaces.Box(-np.inf, np.inf, shape, dtype=p.dtype)
+    return spaces.Box(0.0, 1.0, shape, dtype=p.dtype)

@@ -21,17 +21,20 @@ STUDENT_T_DF = 3.0
 
 
 def draw_contexts(
-    rng: np.random.Generator, batch: int, d1: int, d2: int, kind: str, dtype
-) -> tuple[np.ndarray, np.ndarray | None]:
+    rng: np.random.Generator, batch: int, d1: int, d2: int, kind: str, dtype, matrix: bool = True
+) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Draw ``batch`` contexts of shape ``(batch, d1, d2)``.
 
     Returns ``(X, flat_index)``: for completion contexts ``X[b] = e_j e_kᵀ`` and
     ``flat_index[b] = j·d2 + k`` (so oracle rewards need no pass over ``X``); ``None`` for
-    Gaussian contexts.
+    Gaussian contexts.  With ``matrix=False`` (completion only) ``X`` is None and only the
+    index is drawn: the same draw from ``rng``, so both forms give the same contexts.
     """
     if kind == "gaussian":
         return rng.standard_normal((batch, d1, d2), dtype=dtype), None
     flat_index = rng.integers(0, d1 * d2, size=batch)
+    if not matrix:
+        return None, flat_index
     x = np.zeros((batch, d1 * d2), dtype=dtype)
     x[np.arange(batch), flat_index] = 1
     return x.reshape(batch, d1, d2), flat_index

@@ -10,7 +10,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.problem import BanditProblem, GroundTruthMixin
+from lrbandit_gym.problem import BanditProblem, GroundTruthMixin, observation_space
 from lrbandit_gym.sampling import draw_contexts, draw_noise
 from lrbandit_gym.validation import check_positive_int
 
@@ -39,7 +39,9 @@ class MatrixContextBanditVectorEnv(GroundTruthMixin, VectorEnv):
     inference wrappers refuse to watch; or ``DISABLED``).
 
     The returned observation array is fresh every step; rewards were computed when it was
-    drawn, so editing it in place does not change them.
+    drawn, so editing it in place does not change them.  With ``observation="index"``
+    (completion contexts) it is the int64 array ``(B, 2)`` of the revealed indices
+    ``(j, k)``, drawn as the matrix form draws them.
     """
 
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.SAME_STEP}
@@ -62,6 +64,7 @@ class MatrixContextBanditVectorEnv(GroundTruthMixin, VectorEnv):
         flatten: bool = False,
         dtype=np.float64,
         render_mode: str | None = None,
+        observation: str = "matrix",
     ):
         self.num_envs = check_positive_int(num_envs, "num_envs")
         self.max_episode_steps = (
@@ -95,9 +98,9 @@ class MatrixContextBanditVectorEnv(GroundTruthMixin, VectorEnv):
         )
         self.flatten = bool(flatten)
         p = self.problem
-        shape = (p.d1 * p.d2,) if self.flatten else (p.d1, p.d2)
-        low, high = (-np.inf, np.inf) if p.context == "gaussian" else (0.0, 1.0)
-        self.single_observation_space = spaces.Box(low, high, shape, dtype=p.dtype)
+        self.single_observation_space = observation_space(p, self.flatten, observation)
+        #: "matrix" or "index" (see :class:`~lrbandit_gym.MatrixContextBanditEnv`).
+        self.observation = observation
         self.single_action_space = spaces.Discrete(p.n_actions)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -107,8 +110,13 @@ class MatrixContextBanditVectorEnv(GroundTruthMixin, VectorEnv):
 
     def _draw(self) -> np.ndarray:
         p = self.problem
-        x, flat_index = draw_contexts(self.np_random, self.num_envs, p.d1, p.d2, p.context, p.dtype)
+        index = self.observation == "index"
+        x, flat_index = draw_contexts(
+            self.np_random, self.num_envs, p.d1, p.d2, p.context, p.dtype, matrix=not index
+        )
         self._expected = p.expected_rewards(x, flat_index)
+        if index:
+            return np.stack(np.divmod(flat_index, p.d2), axis=1).astype(np.int64, copy=False)
         return x.reshape(self.num_envs, -1) if self.flatten else x
 
     def reset(self, *, seed=None, options: dict[str, Any] | None = None):

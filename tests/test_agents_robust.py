@@ -289,10 +289,18 @@ def test_warm_start_buffer_over_the_memory_limit_is_refused_at_construction():
     need = warm_start_buffer_bytes(50, 50, 2100, 200)
     assert need > 2**31
     with pytest.raises(ValueError, match=r"2100 rounds.*warm_start=.*M_init=") as exc:
-        EpsilonGreedy(d1=50, d2=50, n_trials=200, rank=3)
+        EpsilonGreedy(d1=50, d2=50, n_trials=200, rank=3, warm_start=2100, warm_start_fit="buffer")
     assert str(need) in str(exc.value)
     with pytest.raises(ValueError, match="max_memory_bytes"):
-        Softmax(small_env(), rank=2, warm_start=100, max_memory_bytes=10_000)
+        Softmax(
+            small_env(), rank=2, warm_start=100, max_memory_bytes=10_000, warm_start_fit="buffer"
+        )
+    # by default (Gaussian contexts) a buffer that does not fit gives way to the streaming
+    # fit, whose memory does not grow with the length (agents.streaming_warm_start)
+    agent = Softmax(small_env(), rank=2, warm_start=100, max_memory_bytes=10_000)
+    assert agent.warm_start_fit == "streaming"
+    with pytest.raises(ValueError, match="streaming warm start needs .* max_memory_bytes"):
+        Softmax(small_env(), rank=2, warm_start=100, max_memory_bytes=100)
     # an initial estimate needs no buffer
     M = np.zeros((200, 2, 50, 50))
     with pytest.warns(RuntimeWarning, match="fewer than rank"):

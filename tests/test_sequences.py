@@ -170,3 +170,35 @@ def test_a_study_reads_every_round_and_the_sequences_keep_time_uniform_coverage(
         assert r["uniform_sequence"] >= 0.95 - 4 * 0.0109, r
         assert r["uniform_fixed"] <= r["uniform_sequence"] - 0.15, r
         assert r["width_ratio"] == pytest.approx(1.5486, abs=1e-3)
+
+
+def test_validate_reports_time_uniform_coverage_with_its_own_verdict(capsys):
+    from lrbandit_gym.experiments.cli import main
+    from lrbandit_gym.experiments.validate import SettingError, validate
+
+    result = validate(
+        {"d1": 8, "d2": 6, "rank": 1},
+        targets="entry",
+        n=(150,),
+        uniform_from=50,
+        tuning_n=100,
+        trials=40,
+        progress=False,
+    )
+    labels = [q.label for q in result.quantities]
+    assert [r["quantity"] for r in result.uniform_rows] == labels
+    for r in result.uniform_rows:
+        assert (r["n0"], r["N"], r["tuning_n"], r["trials"]) == (50, 150, 100, 40)
+        # reading the same intervals at more rounds can only lose trials, and a sequence is
+        # wider than the fixed-n interval at every round
+        assert r["uniform_fixed"] <= r["uniform_sequence"]
+    assert result.uniform_verdict.startswith(("ANYTIME-VALID", "SEQUENCES UNDER-COVER"))
+    report = result.report()
+    assert "time-uniform coverage" in report and report.endswith(result.verdict)
+    assert all("uniform" not in r["quantity"] for r in result.rows)  # not in the verdict
+    with pytest.raises(SettingError, match="uniform_from"):
+        validate({"d1": 8, "d2": 6, "rank": 1}, n=(100,), uniform_from=101, progress=False)
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--d1", "8", "--d2", "6", "--rank", "1", "--tuning-n", "10"])
+    assert exc.value.code == 2
+    assert "--tuning-n" in capsys.readouterr().err

@@ -111,7 +111,7 @@ def bench_estimator(
     for i in range(n_stream):
         rewards[i] = np.sum(truth[actions[i]] * context(i)) + 0.1 * rng.standard_normal()
 
-    est = LowRankSGD(d, d, rank, K)
+    est = LowRankSGD(d, d, rank, K, step_scale=0.1)  # the paper's step, as the naive one
     est.initialize(M_init)
     # Naive: same stream, full SVD every round.
     M_naive = est.estimates.copy()

@@ -1,5 +1,5 @@
-"""The ``lrbandit`` command line: ``demo``, ``reproduce``, ``figures``, ``bench`` and
-``compare``."""
+"""The ``lrbandit`` command line: ``demo``, ``reproduce``, ``figures``, ``bench``,
+``compare`` and ``validate``."""
 
 from __future__ import annotations
 
@@ -55,10 +55,12 @@ def _run_bench(args: argparse.Namespace) -> int:
     from lrbandit_gym import engine
     from lrbandit_gym.experiments import bench
 
+    if args.what in ("completion", "completion-coverage"):
+        return _bench_completion(args)
     num_envs = args.num_envs
     if num_envs is None:
         num_envs = 125 if args.what == "round" else 1000
-    kw = {"d": args.d, "num_envs": num_envs, "seed": args.seed}
+    kw = {"d": 50 if args.d is None else args.d, "num_envs": num_envs, "seed": args.seed}
     if args.what == "env":
         r = bench.bench_env(**kw)
         lines = [
@@ -103,8 +105,115 @@ def _run_bench(args: argparse.Namespace) -> int:
             _row("beyond the draw: API", r["api"] * 1e3, "ms", "(act, wrapped step, update)"),
             _row("beyond the draw: core", r["internals"] * 1e3, "ms", "(internal entry points)"),
         ]
+    elif args.what == "warmstart":
+        lines = _warm_start_lines(args.seed)
     else:
         raise AssertionError(args.what)
+    print("\n".join(lines))
+    return 0
+
+
+def _warm_start_lines(seed: int) -> list[str]:
+    """The report of ``lrbandit bench warmstart`` (bench_warm_start.bench_warm_start)."""
+    import statistics
+
+    from lrbandit_gym.experiments.bench_warm_start import bench_warm_start
+
+    r = bench_warm_start(seed=seed)
+    big = r["large"]
+
+    def errs(values: list[float]) -> str:
+        return " / ".join(f"{v:.3f}" for v in values)
+
+    lines = [
+        f"Gaussian d={big['d']}, r=3, K=2, epsilon-greedy with the defaults "
+        f"(warm-start fit: {big['fit']}):",
+        _row(
+            f"peak memory, {big['warm_start']} rounds",
+            big["peak_bytes"] / 2**20,
+            "MiB",
+            "(target <= 1024)",
+            digits=1,
+        ),
+        f"  ||M_init - M||_F (arm 0 / 1)  {errs(big['init_error'])}",
+        f"  after {big['online']} online rounds   {errs(big['final_error'])}"
+        + ("  DIVERGED" if big["diverged"] else "  (no divergence)"),
+        _row("time", big["seconds"], "s", digits=0),
+        f"streaming warm start against its length, d={r['memory'][0]['d']}:",
+    ]
+    for m in r["memory"]:
+        lines.append(
+            _row(
+                f"{m['warm_start']} rounds: peak",
+                m["peak_bytes"] / 2**20,
+                "MiB",
+                f"||M_init - M||_F {errs(m['init_error'])}",
+                digits=1,
+            )
+        )
+    lines.append("paper's setting (d=50, 2000 rounds), ||M_init - M||_F per seed (arm 0 / 1):")
+    for fit, runs in r["paper"].items():
+        med = statistics.median(e for run in runs for e in run["init_error"])
+        per_seed = ", ".join(errs(x["init_error"]) for x in runs)
+        lines.append(f"  {fit:<10} median {med:.3f}: {per_seed}")
+    return lines
+
+
+def _bench_completion(args: argparse.Namespace) -> int:
+    """``lrbandit bench completion`` (speed and warm-start memory at d = 1000) and
+    ``lrbandit bench completion-coverage`` (coverage on the vector env, d = 100)."""
+    from lrbandit_gym import engine
+    from lrbandit_gym.experiments import bench_completion as bc
+
+    if args.what == "completion":
+        d = 1000 if args.d is None else args.d
+        r = bc.bench_completion(d=d, warm_start=args.warm_start, seed=args.seed)
+        rps = r["rounds_per_s"]
+        small = f"{r['d_ref']}x{r['d_ref']}"
+        lines = [
+            f"single env, epsilon-greedy agent and both inference wrappers, r={r['rank']}, "
+            f"K={r['n_actions']}, engine {engine.active_engine()}:",
+            _row(f"completion {d}x{d}, index", rps["index"], "rounds/s", digits=0),
+            _row(f"completion {small}, matrix", rps["matrix_small"], "rounds/s", digits=0),
+            _row(f"gaussian {small} (dense)", rps["gaussian_small"], "rounds/s", digits=0),
+            _row(
+                "index / gaussian",
+                rps["index"] / rps["gaussian_small"],
+                note="(target >= 1)",
+                digits=3,
+            ),
+        ]
+        if args.warm_start:
+            lines += [
+                f"warm start of {r['warm_start']} rounds at {d}x{d} (index, both wrappers):",
+                _row("buffer", r["buffer_bytes"] / 2**20, "MiB"),
+                _row("peak of rounds and fit", r["peak_traced_bytes"] / 2**20, "MiB"),
+                _row(
+                    "warm start in all",
+                    (r["buffer_bytes"] + r["peak_traced_bytes"]) / 2**20,
+                    "MiB",
+                    "(target < 100 MB)",
+                ),
+                _row("a dense buffer would need", r["dense_buffer_bytes"] / 2**30, "GiB", digits=1),
+                _row("warm start, all rounds", r["warm_start_seconds"], "s", digits=1),
+                _row("of which the fit", r["fit_seconds"], "s", digits=1),
+                "  ‖M_init − M‖_F / ‖M‖_F per arm: "
+                + ", ".join(f"{e:.3f}" for e in r["relative_error"]),
+            ]
+    else:
+        d = 100 if args.d is None else args.d
+        r = bc.completion_coverage(trials=args.trials, d=d, seed=args.seed)
+        lines = [
+            f"95% intervals, completion {d}x{d}, r={r['rank']}, K=2, {r['trials']} trials "
+            f"(vector env, index observations), warm start {r['warm_start']}, "
+            f"c_eta = {r['step_scale']:.3g}, {r['seconds']:.0f} s:",
+            f"  {'n':>6} {'quantity':<12} {'coverage':>9} {'(se)':>7} {'length':>8} {'mean z':>7}",
+        ]
+        for row in r["rows"]:
+            lines.append(
+                f"  {row['n']:>6} {row['quantity']:<12} {row['coverage']:9.3f} "
+                f"({row['coverage_se']:.3f}) {row['mean_length']:8.4f} {row['mean_z']:7.3f}"
+            )
     print("\n".join(lines))
     return 0
 
@@ -190,6 +299,13 @@ def _compare(args: argparse.Namespace) -> int:
     written += [paths["json"], paths["npz"], *paths["figures"]]
     print(f"wrote {', '.join(written)}", file=sys.stderr)
     return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    """A Monte Carlo coverage check of the intervals in a user's setting."""
+    from lrbandit_gym.experiments.validate_cli import run_validate_command
+
+    return run_validate_command(args, args.parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -278,8 +394,37 @@ def build_parser() -> argparse.ArgumentParser:
     fig.set_defaults(func=_figures)
 
     bench = sub.add_parser("bench", help="speed benchmarks")
-    bench.add_argument("what", choices=["env", "agents", "inference", "round"])
-    bench.add_argument("--d", type=positive_int, default=50)
+    bench.add_argument(
+        "what",
+        choices=[
+            "env",
+            "agents",
+            "inference",
+            "round",
+            "warmstart",
+            "completion",
+            "completion-coverage",
+        ],
+        help="warmstart: memory and accuracy of the warm start at fixed sizes (d = 500, "
+        "100 and 50; --d and --num-envs do not apply; several minutes); completion: rounds "
+        "per second at d = 1000 with index observations and the memory of a 50,000-round "
+        "warm start; completion-coverage: coverage of the intervals at d = 100",
+    )
+    bench.add_argument(
+        "--d",
+        type=positive_int,
+        default=None,
+        help="d1 = d2 (default 50; completion: 1000; completion-coverage: 100)",
+    )
+    bench.add_argument(
+        "--warm-start",
+        type=nonnegative_int,
+        default=50_000,
+        help="completion: rounds of the warm start whose memory is traced (0: skip it)",
+    )
+    bench.add_argument(
+        "--trials", type=positive_int, default=500, help="completion-coverage: trials"
+    )
     bench.add_argument(
         "--num-envs",
         type=positive_int,
@@ -324,6 +469,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", default="lrbandit-out")
     cmp.add_argument("--no-figures", action="store_true", help="do not draw the PNG figures")
     cmp.set_defaults(func=_compare)
+
+    from lrbandit_gym.experiments.validate_cli import add_validate_parser
+
+    val = add_validate_parser(sub)
+    val.set_defaults(func=_validate, parser=val)
     return parser
 
 

@@ -11,6 +11,7 @@ spawned from one ``SeedSequence``, so results do not depend on how chunks are sc
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ __all__ = [
     "process_map",
     "run_chunk",
     "run_study",
+    "coverage_stats",
     "summarize_parameters",
     "summarize_value",
     "summarize_uniform",
@@ -160,6 +162,9 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
         decay=config.epsilon_decay,
         seed=agent_seed,
         warm_start=warm,
+        # the paper's exact step and the buffered fit, whatever the agents' defaults
+        # (docs/method.md §3: step_scale is the absolute c_η; the default is scale-free)
+        warm_start_fit="buffer",
         # the chunk's warm-start buffer is sized on purpose (see single_threaded_blas)
         max_memory_bytes=max(2**31, n_trials * warm * (config.d1 * config.d2 + 64) * 8),
     )
@@ -500,25 +505,61 @@ def process_map(jobs: int):
     return map_fn
 
 
-def _coverage_stats(est, se, truth, confidence_level):
-    z = stats.norm.ppf(0.5 + confidence_level / 2)
-    ok = np.isfinite(est) & np.isfinite(se)
-    e, s = est[ok], se[ok]
-    covered = np.abs(e - truth) <= z * s
-    zs = (e - truth) / s
-    n = covered.size
-    cov = covered.mean() if n else np.nan
-    return {
-        "trials": int(n),
-        "coverage": float(cov),
-        "coverage_mcse": float(np.sqrt(cov * (1 - cov) / n)) if n else np.nan,
-        "mean_length": float(np.mean(2 * z * s)) if n else np.nan,
-        "mse": float(np.mean((e - truth) ** 2)) if n else np.nan,
-        "z_mean": float(zs.mean()) if n else np.nan,
-        "z_mean_mcse": float(zs.std(ddof=1) / np.sqrt(n)) if n > 1 else np.nan,
-        "z_sd": float(zs.std(ddof=1)) if n > 1 else np.nan,
-        "z_sd_mcse": float(zs.std(ddof=1) / np.sqrt(2 * (n - 1))) if n > 1 else np.nan,
+def coverage_stats(
+    estimate: np.ndarray, standard_error: np.ndarray, low: np.ndarray, high: np.ndarray, truth
+) -> dict[str, float]:
+    """Monte Carlo summary of one cell: the trials' intervals for one quantity at one ``n``.
+
+    Trials whose interval is not finite (too little data) are left out and counted apart.
+    ``coverage`` is the fraction of intervals ``[low, high]`` that contain ``truth``, with
+    its Monte Carlo standard error ``sqrt(c (1 − c)/N)``; ``z = (estimate − truth)/se`` has
+    mean (s.e. ``sd/√N``) and standard deviation (s.e. ``sd/√(2(N − 1))``, exact for normal
+    z); ``mean_length`` is the mean of ``high − low`` and ``mse`` that of
+    ``(estimate − truth)²``.  The paper studies' tables and ``lrbandit validate`` use it.
+    """
+    est, se = np.asarray(estimate, float), np.asarray(standard_error, float)
+    lo, hi = np.asarray(low, float), np.asarray(high, float)
+    ok = np.isfinite(est) & np.isfinite(se) & np.isfinite(lo) & np.isfinite(hi) & (se > 0)
+    n = int(ok.sum())
+    out = {
+        "trials": n,
+        "no_interval": int(ok.size - n),
+        "coverage": math.nan,
+        "coverage_mcse": math.nan,
+        "z_mean": math.nan,
+        "z_mean_mcse": math.nan,
+        "z_sd": math.nan,
+        "z_sd_mcse": math.nan,
+        "mean_length": math.nan,
+        "mse": math.nan,
     }
+    if n == 0:
+        return out
+    covered = (lo[ok] <= truth) & (truth <= hi[ok])
+    c = float(covered.mean())
+    z = (est[ok] - truth) / se[ok]
+    out.update(
+        coverage=c,
+        coverage_mcse=math.sqrt(c * (1 - c) / n),
+        z_mean=float(z.mean()),
+        mean_length=float(np.mean(hi[ok] - lo[ok])),
+        mse=float(np.mean((est[ok] - truth) ** 2)),
+    )
+    if n > 1:
+        sd = float(z.std(ddof=1))
+        out.update(
+            z_mean_mcse=sd / math.sqrt(n),
+            z_sd=sd,
+            z_sd_mcse=sd / math.sqrt(2 * (n - 1)),
+        )
+    return out
+
+
+def _coverage_stats(est, se, truth, confidence_level):
+    """:func:`coverage_stats` of the Wald intervals ``est ± z·se``."""
+    z = stats.norm.ppf(0.5 + confidence_level / 2)
+    est, se = np.asarray(est, float), np.asarray(se, float)
+    return coverage_stats(est, se, est - z * se, est + z * se, truth)
 
 
 def summarize_parameters(

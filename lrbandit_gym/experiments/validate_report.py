@@ -1,0 +1,340 @@
+"""Tables and the verdict of ``lrbandit validate`` (:mod:`lrbandit_gym.experiments.validate`).
+
+The verdict rule (:func:`verdict`) on the Monte Carlo statistics of
+:func:`lrbandit_gym.experiments.studies.coverage_stats` and the :class:`ValidationResult`
+that holds them live here; running the trials lives in
+:mod:`~lrbandit_gym.experiments.validate`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+__all__ = [
+    "FAMILY_LEVEL",
+    "Quantity",
+    "ValidationResult",
+    "cell_flag",
+    "flag_cells",
+    "verdict",
+]
+
+#: Probability with which an exactly valid procedure gets the verdict VALID: the Monte Carlo
+#: band of every coverage cell is Bonferroni-corrected so that all cells together fall
+#: inside their bands with at least this probability (:func:`verdict`).
+FAMILY_LEVEL = 0.99
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One quantity whose intervals are checked.
+
+    Attributes
+    ----------
+    label : str
+        ``"<M_1, T1>"``, ``"<M_1 - M_0, T1>"`` or ``"V*"``.
+    target : str or None
+        The target's name (None for ``V*``).
+    arms : tuple of int
+        ``(a,)`` for ``<M_a, T>``, ``(b, a)`` for ``<M_b − M_a, T>``, ``()`` for ``V*``.
+    truth : float
+        Its true value (the same for every trial: they share one truth).
+    """
+
+    label: str
+    target: str | None
+    arms: tuple[int, ...]
+    truth: float
+
+
+def verdict(
+    rows: Sequence[dict[str, Any]], confidence_level: float, family_level: float = FAMILY_LEVEL
+) -> tuple[str, str, float]:
+    """The verdict on a coverage table: ``(status, line, band)``.
+
+    The rule.  Each of the ``m`` cells with at least one interval has a coverage ``ĉ`` from
+    ``N`` trials.  If the intervals were exactly valid, ``ĉ`` would be a binomial proportion
+    around the nominal level ``L`` with standard deviation ``s = sqrt(L (1 − L)/N)``.  The
+    band of a cell is ``L ± z s`` with ``z = Φ⁻¹(1 − (1 − family_level)/(2m))`` (Bonferroni):
+    an exactly valid procedure has every cell inside its band with probability at least
+    ``family_level`` (99%).  Then
+
+    * ``UNDER-COVERS``: some cell is below its band;
+    * ``OVER-COVERS``: none is below, some above (valid but conservative: wider than needed);
+    * ``VALID``: every cell is inside its band.  This is a statement at the resolution of the
+      run: the line gives the band's half-width, the smallest under-coverage the run could
+      detect (at 200 trials and 20 cells about 0.05; it shrinks as ``1/√N``);
+    * ``NO RESULT``: no cell has an interval.
+
+    ``band`` is the half-width ``z s`` for the cells' median ``N`` (NaN without cells).
+    """
+    cells = _cells(rows)
+    if not cells:
+        return "NO RESULT", "NO RESULT: no interval could be computed (too little data)", math.nan
+    m = len(cells)
+    level = confidence_level
+    z = _band_z(m, family_level)
+    flags = [cell_flag(r, m, level, family_level) for r in cells]
+    low = [r for r, f in zip(cells, flags, strict=True) if f == "low"]
+    high = [r for r, f in zip(cells, flags, strict=True) if f == "high"]
+    band = z * math.sqrt(level * (1 - level) / float(np.median([r["trials"] for r in cells])))
+    trials = sorted({r["trials"] for r in cells})
+    at = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}-{trials[-1]}"
+    rule = (
+        f"the {family_level:.0%} family-wise Monte Carlo band at {at} trials "
+        f"(Bonferroni over {m} cells)"
+    )
+
+    def where(r):
+        return f"{r['quantity']} at n = {r['n']}: {r['coverage']:.3f}"
+
+    if low:
+        worst = min(low, key=lambda r: r["coverage"])
+        line = (
+            f"UNDER-COVERS: {len(low)} of {m} coverage cells below {level:g} − {band:.3f}, "
+            f"{rule}; lowest {where(worst)}"
+        )
+        return "UNDER-COVERS", line, band
+    if high:
+        worst = max(high, key=lambda r: r["coverage"])
+        line = (
+            f"OVER-COVERS: {len(high)} of {m} coverage cells above {level:g} + {band:.3f}, "
+            f"{rule} (valid, but wider than needed); highest {where(worst)}"
+        )
+        return "OVER-COVERS", line, band
+    lowest = min(cells, key=lambda r: r["coverage"])
+    line = (
+        f"VALID: all {m} coverage cells within {level:g} ± {band:.3f}, {rule}; "
+        f"lowest {where(lowest)}"
+    )
+    return "VALID", line, band
+
+
+def _cells(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with a coverage: the cells the verdict is taken on."""
+    return [r for r in rows if r["trials"] > 0 and math.isfinite(r["coverage"])]
+
+
+def _band_z(m: int, family_level: float) -> float:
+    return float(stats.norm.ppf(1 - (1 - family_level) / (2 * m)))
+
+
+def cell_flag(
+    row: dict[str, Any], m: int, confidence_level: float, family_level: float = FAMILY_LEVEL
+) -> str:
+    """``"low"``/``"high"`` when the cell ``row`` is below/above its band in a table of ``m``
+    cells (:func:`verdict`), else ``""``."""
+    if not row["trials"] or not math.isfinite(row["coverage"]):
+        return ""
+    level = confidence_level
+    half = _band_z(m, family_level) * math.sqrt(level * (1 - level) / row["trials"])
+    if row["coverage"] < level - half:
+        return "low"
+    return "high" if row["coverage"] > level + half else ""
+
+
+def flag_cells(rows: Sequence[dict[str, Any]], confidence_level: float) -> None:
+    """Set every row's ``flag`` (:func:`cell_flag`), in place."""
+    m = len(_cells(rows))
+    for row in rows:
+        row["flag"] = cell_flag(row, m, confidence_level) if m else ""
+
+
+_COLUMNS = (
+    "n",
+    "quantity",
+    "truth",
+    "trials",
+    "coverage",
+    "coverage_mcse",
+    "z_mean",
+    "z_mean_mcse",
+    "z_sd",
+    "z_sd_mcse",
+    "mean_length",
+    "no_interval",
+)
+
+
+@dataclass
+class ValidationResult:
+    """What :func:`~lrbandit_gym.experiments.validate.validate` returns.
+
+    Attributes
+    ----------
+    setting : ValidationSetting
+        The configuration run.
+    rows : list of dict
+        One row per checkpoint ``n`` and quantity (the fields of
+        :func:`~lrbandit_gym.experiments.studies.coverage_stats`, plus ``n``,
+        ``quantity``, ``truth`` and ``flag``: ``"low"``/``"high"`` outside the
+        verdict's band, else ``""``).
+    status, verdict : str
+        The verdict (:func:`verdict`): its status word and its one-line explanation; status
+        ``FAILED`` when a chunk stopped early (a diverging estimator).
+    band : float
+        Half-width of the verdict's band.
+    quantities : tuple of Quantity
+    arrays : dict of ndarray
+        Every trial's ``estimate``, ``standard_error``, ``low``, ``high`` (shape
+        ``(checkpoints, quantities, trials)``), ``checkpoints``; ``estimation_error``
+        ``‖M̂_a − M_a‖_F`` of the estimate inference reads, ``(checkpoints, trials, K)``
+        (NaN for a policy without one); ``min_propensity`` (trials,), the smallest
+        probability any arm had in any round of inference; ``warm_start_ratio``
+        (trials, K): the held-out check of the warm start
+        (:mod:`agents.warm_start_check`), NaN where it did not run.
+    trials, seed, batch_size : int
+    confidence_level : float
+    warnings : list of str
+        Distinct warnings the trials raised (e.g. the warm-start check's), with how many
+        chunks raised each.
+    seconds : float
+        Wall time.
+    uniform_rows : list of dict
+        With ``uniform_from``: per quantity, the time-uniform coverage (every round from
+        ``n0`` to ``N``) of the fixed-n intervals and of the confidence sequences, each with
+        its Monte Carlo s.e., and the sequences' width relative to the fixed-n interval at
+        ``N`` (:mod:`~lrbandit_gym.experiments.validate_uniform`).
+    uniform_verdict : str
+        The line judging the sequences (empty without ``uniform_from``).
+    """
+
+    setting: Any
+    rows: list[dict[str, Any]]
+    status: str
+    verdict: str
+    band: float
+    quantities: tuple[Quantity, ...]
+    arrays: dict[str, np.ndarray]
+    trials: int
+    seed: int
+    batch_size: int
+    confidence_level: float
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = math.nan
+    uniform_rows: list[dict[str, Any]] = field(default_factory=list)
+    uniform_verdict: str = ""
+
+    @property
+    def valid(self) -> bool:
+        """Whether the verdict is VALID or OVER-COVERS (no cell under-covers)."""
+        return self.status in ("VALID", "OVER-COVERS")
+
+    def to_frame(self):
+        """The coverage table as a pandas DataFrame (needs pandas)."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError("to_frame() needs pandas: pip install pandas") from exc
+        return pd.DataFrame.from_records(self.rows, columns=[*_COLUMNS, "flag"])
+
+    def to_csv(self, path=None) -> str:
+        """The coverage table as CSV text, also written to ``path`` when given."""
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=[*_COLUMNS, "flag"], lineterminator="\n")
+        writer.writeheader()
+        for row in self.rows:
+            writer.writerow({k: row[k] for k in (*_COLUMNS, "flag")})
+        text = buf.getvalue()
+        if path is not None:
+            with open(path, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+        return text
+
+    def diagnostics(self) -> str:
+        """One line per diagnostic: the warm-start check, the estimate's error, the smallest
+        propensity."""
+        a = self.arrays
+        lines = []
+        ratio = a["warm_start_ratio"]
+        if not np.isnan(ratio).all():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # an arm without a check
+                med = np.nanmedian(ratio, axis=0)
+            parts = ", ".join(f"arm {k} {m:.2g}" for k, m in enumerate(med))
+            lines.append(
+                "warm-start check (held-out estimate of ‖M_init − M‖²_F/σ², median over "
+                f"trials; warns above 1): {parts}"
+            )
+        err = a["estimation_error"]
+        if np.isfinite(err).any():
+            parts = ", ".join(
+                f"n = {n}: " + "/".join(f"{v:.3g}" for v in np.nanmedian(err[c], axis=0))
+                for c, n in enumerate(a["checkpoints"])
+            )
+            lines.append(f"‖M̂_a − M_a‖_F of the estimate inference reads (median, by arm): {parts}")
+        if np.isfinite(a["min_propensity"]).any():
+            lines.append(
+                "smallest propensity in any round of inference: "
+                f"{np.nanmin(a['min_propensity']):.3g} (median over trials "
+                f"{np.nanmedian(a['min_propensity']):.3g})"
+            )
+        return "\n".join(lines)
+
+    def to_markdown(self) -> str:
+        """The coverage table in markdown: coverage, z mean and z s.d. each ± Monte Carlo
+        s.e.; a trailing ``<`` or ``>`` marks a cell below or above the verdict's band."""
+        head = "| n | quantity | truth | coverage | z mean | z s.d. | mean length |"
+        lines = [head, "|---|---|---|---|---|---|---|"]
+        for r in self.rows:
+            mark = {"low": " <", "high": " >"}.get(r["flag"], "")
+            na = f" ({r['no_interval']} n/a)" if r["no_interval"] else ""
+            lines.append(
+                f"| {r['n']} | {r['quantity']} | {r['truth']:.4g} | "
+                f"{_pm(r['coverage'], r['coverage_mcse'], 3)}{mark}{na} | "
+                f"{_pm(r['z_mean'], r['z_mean_mcse'], 2)} | "
+                f"{_pm(r['z_sd'], r['z_sd_mcse'], 2)} | {r['mean_length']:.3g} |"
+            )
+        return "\n".join(lines)
+
+    def uniform_markdown(self) -> str:
+        """The time-uniform table in markdown (empty without ``uniform_from``)."""
+        if not self.uniform_rows:
+            return ""
+        r0 = self.uniform_rows[0]
+        lines = [
+            f"time-uniform coverage, read at every round n = {r0['n0']}..{r0['N']} "
+            f"(sequences tuned at n = {r0['tuning_n']}, {r0['width_ratio']:.2f}x the "
+            f"fixed-n width at N):",
+            "",
+            "| quantity | fixed-n, all n | sequence, all n |",
+            "|---|---|---|",
+        ]
+        for r in self.uniform_rows:
+            lines.append(
+                f"| {r['quantity']} | {_pm(r['uniform_fixed'], r['uniform_fixed_mcse'], 3)} | "
+                f"{_pm(r['uniform_sequence'], r['uniform_sequence_mcse'], 3)} |"
+            )
+        return "\n".join(lines)
+
+    def report(self) -> str:
+        """Everything ``lrbandit validate`` prints: the table, diagnostics, warnings and the
+        verdict line (last)."""
+        parts = [self.to_markdown()]
+        diag = self.diagnostics()
+        if diag:
+            parts.append(diag)
+        for w in self.warnings:
+            parts.append(f"warning: {w}")
+        if self.uniform_rows:
+            parts.append(self.uniform_markdown())
+            parts.append(self.uniform_verdict)
+        parts.append(self.verdict)
+        return "\n\n".join(parts)
+
+
+def _pm(value: float, se: float, digits: int) -> str:
+    if not math.isfinite(value):
+        return "n/a"
+    if not math.isfinite(se):
+        return f"{value:.{digits}f}"
+    return f"{value:.{digits}f} ± {se:.{digits}f}"

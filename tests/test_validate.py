@@ -1,0 +1,228 @@
+"""``lrbandit validate`` and its Python function: settings, targets, the verdict rule, the
+command line and its config file (tiny runs; the statistical grid is test_validate_grid.py)."""
+
+import csv
+import math
+
+import numpy as np
+import pytest
+
+from lrbandit_gym.experiments.cli import main
+from lrbandit_gym.experiments.validate import (
+    GRID,
+    SettingError,
+    ValidationSetting,
+    check_setting,
+    load_targets,
+    run_validation,
+    validate,
+)
+from lrbandit_gym.experiments.validate_cli import load_config
+from lrbandit_gym.experiments.validate_report import verdict
+
+TINY = {"d1": 8, "d2": 6, "rank": 1}
+
+# The tiny settings' warm starts are judged on a handful of trials.
+pytestmark = pytest.mark.filterwarnings("ignore::agents.warm_start_check.WarmStartWarning")
+
+
+def test_tiny_run_reports_every_quantity_with_monte_carlo_errors():
+    result = validate(
+        {**TINY, "n_actions": 3, "noise_std": [0.1, 0.2, 0.3]},
+        policy="softmax",
+        targets="entry",
+        n=(60, 120),
+        trials=12,
+        batch_size=6,
+        progress=False,
+    )
+    labels = [r["quantity"] for r in result.rows]
+    per_n = ["<M_0, e11>", "<M_1, e11>", "<M_2, e11>"]
+    per_n += ["<M_1 - M_0, e11>", "<M_2 - M_0, e11>", "<M_2 - M_1, e11>", "V*"]
+    assert labels == per_n * 2
+    assert [r["n"] for r in result.rows] == [60] * 7 + [120] * 7
+    for r in result.rows:
+        assert r["trials"] == 12 and 0 <= r["coverage"] <= 1
+        assert math.isclose(r["coverage_mcse"], math.sqrt(r["coverage"] * (1 - r["coverage"]) / 12))
+    assert result.arrays["estimate"].shape == (2, 7, 12)
+    assert result.arrays["warm_start_ratio"].shape == (12, 3)
+    assert np.isfinite(result.arrays["warm_start_ratio"]).all()  # the policy's, checked
+    assert result.verdict.startswith(result.status + ":")
+    assert result.report().splitlines()[-1] == result.verdict
+    assert result.to_csv().splitlines()[0].startswith("n,quantity,truth,trials,coverage")
+    frame = result.to_frame()
+    assert list(frame["quantity"]) == labels
+
+
+def test_results_depend_on_seed_and_batch_size_not_on_jobs():
+    kw = dict(targets="entry", n=(40,), trials=6, batch_size=3, progress=False)
+    one = validate(TINY, **kw)
+    two = validate(TINY, jobs=2, **kw)
+    for key in one.arrays:
+        np.testing.assert_array_equal(one.arrays[key], two.arrays[key])
+    other = validate(TINY, seed=1, **{**kw, "batch_size": 3})
+    assert not np.array_equal(one.arrays["estimate"], other.arrays["estimate"])
+
+
+def test_own_estimator_and_a_policy_without_one():
+    """Uniform play: the wrappers run their own estimator, whose warm start is checked."""
+    result = validate(TINY, policy="uniform", targets="random:3", n=(50,), trials=4, progress=False)
+    assert [r["quantity"] for r in result.rows] == [
+        "<M_0, uv3>",
+        "<M_1, uv3>",
+        "<M_1 - M_0, uv3>",
+        "V*",
+    ]
+    assert np.isfinite(result.arrays["warm_start_ratio"]).all()
+    assert np.all(result.arrays["min_propensity"] == 0.5)
+
+
+def test_targets_presets_files_and_shapes(tmp_path):
+    assert list(load_targets("paper", 5, 4)) == ["T1", "T2"]
+    assert list(load_targets("entry", 5, 4)) == ["e11"]
+    t = load_targets("random:2", 5, 4)["uv2"]
+    assert t.shape == (5, 4) and np.linalg.matrix_rank(t) == 1
+    assert math.isclose(np.linalg.norm(t), 1.0)
+    path = tmp_path / "t.npz"
+    np.savez(path, A=np.ones((5, 4)), B=np.eye(5, 4))
+    assert list(load_targets(str(path), 5, 4)) == ["A", "B"]
+    with pytest.raises(SettingError, match=r"target 'A' must have shape \(6, 4\)") as err:
+        load_targets(str(path), 6, 4)
+    assert err.value.field == "targets"
+    with pytest.raises(SettingError, match="cannot read targets file"):
+        load_targets(str(tmp_path / "missing.npz"), 5, 4)
+    with pytest.raises(SettingError, match="targets must be"):
+        load_targets("nonsense", 5, 4)
+    with pytest.raises(SettingError, match="d1, d2 >= 3"):
+        load_targets("paper", 2, 4)
+
+
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"env": {**TINY, "rank": 9}}, "env.rank"),
+        ({"env": {**TINY, "noise_std": -1.0}}, "env.noise_std"),
+        ({"env": {**TINY, "colour": 1}}, "env.colour"),
+        ({"policy": "greedy"}, "policy"),
+        ({"policy_kwargs": {"epsilon": 2.0}}, "policy_kwargs.epsilon"),
+        ({"policy": "uniform", "policy_kwargs": {"epsilon": 0.1}}, "policy_kwargs.epsilon"),
+        ({"policy": "uniform", "estimator": "shared"}, "estimator"),
+        ({"n": (0,)}, "n"),
+        ({"warm_start": 0}, "warm_start"),
+        ({"targets": None, "value": False}, "targets"),
+    ],
+)
+def test_invalid_settings_name_their_field(changes, field):
+    setting = ValidationSetting(env=TINY, targets="entry").replace(**changes)
+    with pytest.raises(SettingError) as err:
+        check_setting(setting)
+    assert err.value.field == field
+
+
+def test_every_grid_setting_is_valid():
+    for name, setting in GRID.items():
+        check_setting(setting)
+        assert setting.description, name
+
+
+def rows(coverages, trials=200):
+    return [
+        {"n": 100, "quantity": f"q{i}", "trials": trials, "coverage": c}
+        for i, c in enumerate(coverages)
+    ]
+
+
+def test_verdict_rule():
+    """Bonferroni band over the cells at the family level 99%: at 200 trials and 10 cells
+    z = Φ⁻¹(1 − 0.01/20) = 3.29, half-width 3.29·√(0.95·0.05/200) = 0.0507."""
+    status, line, band = verdict(rows([0.95] * 9 + [0.90]), 0.95)
+    assert status == "VALID" and math.isclose(band, 0.0507, abs_tol=5e-4)
+    assert "within 0.95 ± 0.051" in line and "Bonferroni over 10 cells" in line
+    status, line, _ = verdict(rows([0.95] * 9 + [0.89]), 0.95)
+    assert status == "UNDER-COVERS" and "1 of 10" in line and "q9 at n = 100: 0.890" in line
+    status, _, _ = verdict(rows([0.95] * 9 + [1.0], trials=2000), 0.95)
+    assert status == "OVER-COVERS"
+    status, _, band = verdict(rows([math.nan], trials=0), 0.95)
+    assert status == "NO RESULT" and math.isnan(band)
+
+
+def test_validate_command_prints_the_table_and_the_verdict_last(capsys, tmp_path):
+    out = tmp_path / "v.csv"
+    argv = ["validate", "--d1", "8", "--d2", "6", "--rank", "1", "--targets", "entry"]
+    argv += ["--n", "40", "--trials", "4", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[0].startswith("| n | quantity |")
+    assert printed[-1].split(":")[0] in ("VALID", "UNDER-COVERS", "OVER-COVERS")
+    assert out.read_text().startswith("n,quantity,truth,trials,coverage")
+
+
+def test_config_file_sets_everything_and_the_command_line_wins(tmp_path, capsys):
+    np.savez(tmp_path / "targets.npz", corner=np.eye(8, 6))
+    config = tmp_path / "setting.toml"
+    config.write_text(
+        'trials = 4\nn = [30]\ntargets = "targets.npz"\nvalue = false\nout = "o.csv"\n'
+        "[env]\nd1 = 8\nd2 = 6\nrank = 1\nnoise_std = [0.1, 0.2]\n"
+        '[policy]\nname = "softmax"\ntemperature = 0.5\n'
+    )
+    data = load_config(str(config))
+    assert data["env"]["noise_std"] == [0.1, 0.2] and data["policy"]["name"] == "softmax"
+    assert main(["validate", "--config", str(config), "--no-progress", "--trials", "3"]) == 0
+    captured = capsys.readouterr()
+    assert "policy softmax(temperature=0.5)" in captured.err
+    assert "3 trials" in captured.err
+    with open(tmp_path / "o.csv", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert [row["quantity"] for row in table] == [
+        "<M_0, corner>",
+        "<M_1, corner>",
+        "<M_1 - M_0, corner>",
+    ]
+    assert all(row["trials"] == "3" for row in table)
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--d1", "8", "--d2", "6", "--rank", "9"], "argument --rank"),
+        (["--d1", "8", "--d2", "6", "--rank", "1", "--epsilon", "2"], "argument --epsilon"),
+        (["--d1", "8", "--d2", "6", "--rank", "1", "--targets", "x"], "argument --targets"),
+        (["--policy", "uniform", "--estimator", "shared"], "argument --estimator"),
+        (["--d1", "8", "--d2", "6", "--rank", "1", "--level", "1.5"], "argument --level"),
+        (["--trials", "0"], "argument --trials"),
+        (["--policy", "greedy"], "argument --policy"),
+        (["--grid", "nowhere"], "argument --grid"),
+    ],
+)
+def test_argument_errors_exit_2_naming_the_argument(argv, named, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--no-progress", *argv])
+    assert exc.value.code == 2
+    assert named in capsys.readouterr().err
+
+
+def test_config_errors_exit_2_naming_the_key(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    for text, named in [
+        ("colour = 1\n", "unknown key 'colour'"),
+        ("trials = \n", "invalid TOML"),
+        ("[env]\nd1 = 8\nd2 = 6\nrank = 9\n", f"--config ({bad}: env.rank)"),
+        ('[policy]\nname = "softmax"\ntemperature = -1\n', f"({bad}: policy.temperature)"),
+    ]:
+        bad.write_text(text)
+        with pytest.raises(SystemExit) as exc:
+            main(["validate", "--config", str(bad), "--no-progress", "--trials", "1"])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --config" in err and named in err, err
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--config", str(tmp_path / "none.toml")])
+    assert exc.value.code == 2 and "cannot read it" in capsys.readouterr().err
+
+
+def test_run_validation_refuses_bad_run_options():
+    setting = ValidationSetting(env=TINY, targets="entry", n=(20,))
+    for kw, field in [({"trials": 0}, "trials"), ({"batch_size": 0}, "batch_size")]:
+        with pytest.raises(SettingError) as err:
+            run_validation(setting, progress=False, **kw)
+        assert err.value.field == field

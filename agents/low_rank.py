@@ -13,6 +13,7 @@ warning), and a fit that fails numerically leaves the policy as it was before th
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -169,6 +170,20 @@ class LowRankPolicy(PolicyBase):
             n_trials=self.n_trials,
             max_memory_bytes=self.max_memory_bytes,
         )
+        if self.warm_start_fit == "streaming" and warm_start_fit is None:
+            # chosen for memory, not by the caller: say so, the fit is the less accurate one
+            buffered = warm_start_buffer_bytes(self.d1, self.d2, rounds, self.n_trials)
+            warnings.warn(
+                f"warm start: the buffered fit of {rounds} rounds would need {buffered} bytes "
+                f"({buffered / 2**20:.0f} MiB), above max_memory_bytes = "
+                f"{self.max_memory_bytes}; using the streaming fit, whose memory does not "
+                "grow with the warm start but whose estimate is less accurate from the same "
+                "rounds (docs/performance.md, 'Streaming warm start'). For the buffered fit "
+                "pass a larger max_memory_bytes= or fewer trials per policy; pass "
+                "warm_start_fit='streaming' to choose it and silence this warning",
+                UserWarning,
+                stacklevel=3,
+            )
         if self.warm_start_fit == "streaming" and warm_start is None:
             # one pass needs more rounds than the buffered fit's default
             rounds = default_streaming_rounds(self.d1, self.d2, self.rank, self.n_actions)

@@ -297,9 +297,14 @@ def test_warm_start_buffer_over_the_memory_limit_is_refused_at_construction():
         )
     # by default (Gaussian contexts) a buffer that does not fit gives way to the streaming
     # fit, whose memory does not grow with the length (agents.streaming_warm_start)
-    agent = Softmax(small_env(), rank=2, warm_start=100, max_memory_bytes=10_000)
+    # (never silently: the fit is the less accurate one)
+    with pytest.warns(UserWarning, match="using the streaming fit"):
+        agent = Softmax(small_env(), rank=2, warm_start=100, max_memory_bytes=10_000)
     assert agent.warm_start_fit == "streaming"
-    with pytest.raises(ValueError, match="streaming warm start needs .* max_memory_bytes"):
+    with (
+        pytest.warns(UserWarning, match="using the streaming fit"),
+        pytest.raises(ValueError, match="streaming warm start needs .* max_memory_bytes"),
+    ):
         Softmax(small_env(), rank=2, warm_start=100, max_memory_bytes=100)
     # an initial estimate needs no buffer
     M = np.zeros((200, 2, 50, 50))

@@ -151,14 +151,16 @@ def test_policy_uses_the_streaming_fit_when_the_buffer_does_not_fit():
     truth = _truth(rng, 10, 8, 2, 2)
     kw = dict(d1=10, d2=8, n_actions=2, rank=2, warm_start=3000, seed=0)
     # the buffer would need 3000 * (80 * 4 + 24) bytes; 64 kB does not hold it
-    agent = EpsilonGreedy(max_memory_bytes=2**16, **kw)
+    with pytest.warns(UserWarning, match="using the streaming fit"):
+        agent = EpsilonGreedy(max_memory_bytes=2**16, **kw)
     assert agent.warm_start_fit == "streaming"
     assert EpsilonGreedy(**kw).warm_start_fit == "buffer"
     # without warm_start=: the buffered default (3.5 rounds per dof) fits at d = 50; at
     # d = 500 it would not (21 GB), and the streaming fit plays 10 rounds per dof instead
     paper = EpsilonGreedy(d1=50, d2=50, n_actions=2, rank=3)
     assert (paper.warm_start_fit, paper.warm_start_rounds) == ("buffer", 2100)
-    large = EpsilonGreedy(d1=500, d2=500, n_actions=2, rank=3)
+    with pytest.warns(UserWarning, match="using the streaming fit"):
+        large = EpsilonGreedy(d1=500, d2=500, n_actions=2, rank=3)
     assert (large.warm_start_fit, large.warm_start_rounds) == ("streaming", 59_900)
     with pytest.raises(ValueError, match="warm_start_fit must be one of .*got 'fast'"):
         EpsilonGreedy(warm_start_fit="fast", **kw)

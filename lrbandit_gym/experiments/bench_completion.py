@@ -202,6 +202,7 @@ def completion_coverage(
     confidence_level: float = 0.95,
     singular_values: float = 10.0,
     noise_std: float = 0.1,
+    step_gain: float | None = None,
 ) -> dict:
     """Coverage of the intervals on completion contexts, on the native vector env.
 
@@ -210,7 +211,8 @@ def completion_coverage(
     noise level 0.1, which a single revealed entry must resolve) in chunks of
     ``batch_size``, observed as indices: a batched ε-greedy agent (ε = 0.1,
     the warm start of :func:`agents.default_warm_start_rounds` unless ``warm_start`` is
-    given, ``c_η`` of :func:`completion_step_scale`) with
+    given, ``c_η`` of :func:`completion_step_scale`, or the scale-free step of gain
+    ``step_gain`` when given) with
     :class:`inference.VectorParameterInference` (the paper's targets ``T1``, ``T2``) and
     :class:`inference.VectorValueInference` sharing its estimator.  At every checkpoint
     (online rounds) each interval is read; a trial covers when the truth is inside.
@@ -261,7 +263,11 @@ def completion_coverage(
             epsilon=0.1,
             warm_start=warm,
             seed=agent_seed,
-            step_scale=completion_step_scale(d, d, singular_values),
+            **(
+                {"step_scale": completion_step_scale(d, d, singular_values)}
+                if step_gain is None
+                else {"step_gain": step_gain}
+            ),
         )
         params = VectorParameterInference(venv, targets, estimator=agent.estimator)
         value = VectorValueInference(params, estimator=agent.estimator)
@@ -323,7 +329,8 @@ def completion_coverage(
         "warm_start": warm,
         "singular_values": singular_values,
         "noise_std": noise_std,
-        "step_scale": completion_step_scale(d, d, singular_values),
+        "step_scale": completion_step_scale(d, d, singular_values) if step_gain is None else None,
+        "step_gain": step_gain,
         "checkpoints": cps,
         "seconds": seconds,
     }

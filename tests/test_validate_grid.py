@@ -1,8 +1,9 @@
 """Validity outside the paper's settings: a reduced run of ``lrbandit validate``'s grid
 (docs/reproduction.md, "Validity outside the paper").
 
-200 trials of four grid settings (unequal dimensions and noise, three arms with softmax,
-four arms with Student-t noise, rank 5 at d = 25), fixed seeds, both cores; under a minute.
+200 trials of five grid settings (unequal dimensions and noise, three arms with softmax,
+four arms with Student-t noise, rank 5 at d = 25, completion contexts), fixed seeds, both
+cores; under a minute.
 The same trials with every standard error off by a factor √2 (a variance off by a factor 2,
 either way) must fail the check the real intervals pass: the check has the power to see it.
 """
@@ -25,6 +26,7 @@ REDUCED = {
     "softmax3": GRID["softmax3"],
     "student-t": GRID["student-t"].replace(n=(500,)),
     "rank5": GRID["rank5"].replace(n=(1000,)),
+    "completion": GRID["completion"].replace(n=(1000,)),
 }
 
 

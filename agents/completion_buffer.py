@@ -15,12 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from agents.state import plain, read_int, same_value
+from agents.round_store import RoundStore
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.validation import (
     check_actions,
     check_context,
-    check_positive_int,
     check_rewards,
     check_weights,
 )
@@ -39,7 +38,7 @@ def completion_buffer_bytes(length: int, n_trials: int | None = None) -> int:
     return b * int(length) * ROUND_BYTES
 
 
-class CompletionWarmStartBuffer:
+class CompletionWarmStartBuffer(RoundStore):
     """Preallocated store of a warm start's completion rounds, as indices
     (:class:`~agents.warm_start_buffer.WarmStartBuffer`'s interface).
 
@@ -67,46 +66,25 @@ class CompletionWarmStartBuffer:
     (1, 64)
     """
 
+    _default_context = "completion"
+
     def __init__(
         self, d1: int, d2: int, n_actions: int, length: int, n_trials: int | None = None
     ) -> None:
-        self.d1 = check_positive_int(d1, "d1")
-        self.d2 = check_positive_int(d2, "d2")
-        self.n_actions = check_positive_int(n_actions, "n_actions")
-        self.length = check_positive_int(length, "length")
-        self.n_trials = None if n_trials is None else check_positive_int(n_trials, "n_trials")
-        B = 1 if self.n_trials is None else self.n_trials
+        B = self._init_rounds(d1, d2, n_actions, length, n_trials)
         # Round-major (length, B): a round of every trial is one contiguous write.
         self._flat = np.zeros((self.length, B), dtype=np.int64)
         self._actions = np.zeros((self.length, B), dtype=np.int64)
         self._rewards = np.zeros((self.length, B))
         self._weights = np.zeros((self.length, B))
-        self._n = 0
-
-    @property
-    def n(self) -> int:
-        """Rounds stored so far."""
-        return self._n
-
-    @property
-    def full(self) -> bool:
-        """Whether ``length`` rounds have been stored."""
-        return self._n >= self.length
 
     @property
     def nbytes(self) -> int:
         """Bytes allocated for the rounds (:func:`completion_buffer_bytes`)."""
         return completion_buffer_bytes(self.length, self.n_trials)
 
-    @property
-    def pulls(self) -> np.ndarray:
-        """Stored rounds with positive weight per arm: ``(K,)``, or ``(B, K)`` batched."""
-        n = self._n
-        counts = (
-            (self._actions[:n, :, None] == np.arange(self.n_actions))
-            & (self._weights[:n, :, None] > 0)
-        ).sum(axis=0)
-        return counts[0] if self.n_trials is None else counts
+    def _round_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._actions[: self._n].T, self._weights[: self._n].T
 
     def _one_hot(self, X: Any) -> OneHotContexts:
         """Index-form contexts (B,) from an index or a dense one-hot stack (B, d1, d2)."""
@@ -145,9 +123,7 @@ class CompletionWarmStartBuffer:
             On invalid input (an index out of range, a matrix that is not one-hot, ...).
         """
         if self.full:
-            raise RuntimeError(
-                f"CompletionWarmStartBuffer is full ({self.length} rounds); call fit() or clear()"
-            )
+            raise self._full_error(RuntimeError)
         B = self.n_trials
         if is_index_like(X, B):
             ctx = check_index(X, self.d1, self.d2, B)
@@ -172,9 +148,7 @@ class CompletionWarmStartBuffer:
             then.
         """
         if self.full:
-            raise ValueError(
-                f"CompletionWarmStartBuffer is full ({self.length} rounds); call fit() or clear()"
-            )
+            raise self._full_error(ValueError)
         ctx = self._one_hot(X)
         i = self._n
         self._flat[i] = ctx.flat
@@ -182,16 +156,6 @@ class CompletionWarmStartBuffer:
         self._rewards[i] = rewards
         self._weights[i] = weights
         self._n += 1
-
-    def clear(self) -> None:
-        """Forget the stored rounds (the memory stays allocated)."""
-        self._n = 0
-
-    def discard_last(self) -> None:
-        """Forget the last stored round (e.g. when the fit it completed failed)."""
-        if self._n == 0:
-            raise RuntimeError("CompletionWarmStartBuffer.discard_last called on an empty buffer")
-        self._n -= 1
 
     def release(self) -> None:
         """Give the storage up (the buffer is empty and full afterwards)."""
@@ -213,46 +177,6 @@ class CompletionWarmStartBuffer:
         if self.n_trials is None:
             parts = tuple(p[0] for p in parts)
         return parts  # type: ignore[return-value]
-
-    def fit(self, **kwargs: Any) -> Any:
-        """``M_init`` from the stored rounds by :func:`agents.warm_start.nuclear_norm_fit`
-        (``context="completion"``; keyword arguments go to it)."""
-        from agents.warm_start import nuclear_norm_fit
-
-        if self._n == 0:
-            raise RuntimeError(
-                "CompletionWarmStartBuffer.fit called on an empty buffer; add rounds first"
-            )
-        if "weights" in kwargs:
-            raise ValueError("weights come from add(); do not pass weights to fit")
-        kwargs.setdefault("context", "completion")
-        X, a, r, w = self.data()
-        return nuclear_norm_fit(X, a, r, self.n_actions, weights=w, **kwargs)
-
-    def initial_estimate(self, *, rank: int, context: str = "completion", seed: int = 0) -> Any:
-        """A start for :meth:`~agents.estimator.LowRankSGD.initialize` from the stored
-        rounds: :func:`agents.warm_start.initial_estimate` on their indices.
-
-        Raises
-        ------
-        RuntimeError
-            On an empty buffer.
-        ValueError
-            If ``context`` is not "completion".
-        FloatingPointError
-            If the fit fails (nothing changes: the buffer keeps its rounds).
-        """
-        from agents.warm_start import initial_estimate
-
-        if self._n == 0:
-            raise RuntimeError(
-                "CompletionWarmStartBuffer.initial_estimate called on an empty buffer; add "
-                "rounds first"
-            )
-        X, a, r, w = self.data()
-        return initial_estimate(
-            X, a, r, self.n_actions, rank=rank, weights=w, context=context, seed=seed
-        )
 
     def state_dict(self) -> dict[str, Any]:
         """Configuration and stored rounds as plain numpy arrays and scalars (copies);
@@ -281,46 +205,19 @@ class CompletionWarmStartBuffer:
             On a missing key, a configuration that differs from this buffer's, or arrays of
             the wrong shape or with invalid entries.
         """
-        mine = self.state_dict()
-        for key in ("d1", "d2", "n_actions", "length", "n_trials", "format"):
-            if key not in state:
-                raise ValueError(f"state is missing key {key!r}")
-            if not same_value(state[key], mine[key]):
-                raise ValueError(
-                    f"state[{key!r}] = {plain(state[key])!r} does not match this buffer's "
-                    f"{mine[key]!r}"
-                )
-        if "n" not in state:
-            raise ValueError("state is missing key 'n'")
-        n = read_int(state["n"], "state['n']")
-        if n > self.length:
-            raise ValueError(f"state['n'] must be an integer in [0, {self.length}], got {n!r}")
         B = self._flat.shape[1]
-        expected = {"index": (B, n, 2), "actions": (B, n), "rewards": (B, n), "weights": (B, n)}
-        arrays = {}
-        for key, shape in expected.items():
-            if key not in state:
-                raise ValueError(f"state is missing key {key!r}")
-            arr = np.asarray(state[key])
-            if arr.shape != shape:
-                raise ValueError(f"state[{key!r}] must have shape {shape}, got {arr.shape}")
-            if arr.dtype.kind not in ("iu" if key in ("index", "actions") else "f"):
-                raise ValueError(f"state[{key!r}] must be a real array, got dtype {arr.dtype}")
-            arrays[key] = arr
+        n, arrays = self._check_state(
+            state,
+            ("d1", "d2", "n_actions", "length", "n_trials", "format"),
+            lambda n: {"index": (B, n, 2), "actions": (B, n), "rewards": (B, n), "weights": (B, n)},
+            integer=("index", "actions"),
+        )
         idx = arrays["index"]
         if ((idx < 0) | (idx >= np.array([self.d1, self.d2]))).any():
             raise ValueError(
                 f"state['index'] must hold pairs (j, k) with 0 <= j < {self.d1} and "
                 f"0 <= k < {self.d2}"
             )
-        if not np.isfinite(arrays["rewards"]).all():
-            raise ValueError("state['rewards'] must be finite")
-        acts = arrays["actions"]
-        if ((acts < 0) | (acts >= self.n_actions)).any():
-            raise ValueError(f"state['actions'] must be integers in [0, {self.n_actions})")
-        wts = arrays["weights"]
-        if not np.isfinite(wts).all() or (wts < 0).any():
-            raise ValueError("state['weights'] must be finite and >= 0")
         return {"n": n, **arrays}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 
 from agents.buffer_pool import give_spare, take_spare
-from agents.state import plain, read_int, read_str, same_value
+from agents.round_store import RoundStore
+from agents.state import read_str
 from lrbandit_gym.validation import (
     check_actions,
     check_context,
     check_finite,
-    check_positive_int,
     check_rewards,
     check_weights,
 )
@@ -40,7 +40,7 @@ def warm_start_buffer_bytes(
     return b * int(length) * (int(d1) * int(d2) * np.dtype(dtype).itemsize + 24)
 
 
-class WarmStartBuffer:
+class WarmStartBuffer(RoundStore):
     """Preallocated store for the exploration phase that feeds
     :func:`~agents.warm_start.nuclear_norm_fit`.
 
@@ -81,15 +81,10 @@ class WarmStartBuffer:
         *,
         dtype: Any = np.float32,
     ) -> None:
-        self.d1 = check_positive_int(d1, "d1")
-        self.d2 = check_positive_int(d2, "d2")
-        self.n_actions = check_positive_int(n_actions, "n_actions")
-        self.length = check_positive_int(length, "length")
-        self.n_trials = None if n_trials is None else check_positive_int(n_trials, "n_trials")
+        B = self._init_rounds(d1, d2, n_actions, length, n_trials)
         dt = np.dtype(dtype)
         if dt not in _DTYPES:
             raise ValueError(f"dtype must be float32 or float64, got {dt}")
-        B = 1 if self.n_trials is None else self.n_trials
         shape = (B, self.d1, self.length, self.d2)
         # Stored as (B, d1, length, d2): each trial's rounds of one arm are then one block
         # for the factored fit's GEMMs (agents.factored_fit); data() returns the
@@ -101,29 +96,12 @@ class WarmStartBuffer:
         self._n = 0
 
     @property
-    def n(self) -> int:
-        """Rounds stored so far."""
-        return self._n
-
-    @property
-    def full(self) -> bool:
-        """Whether ``length`` rounds have been stored."""
-        return self._n >= self.length
-
-    @property
     def nbytes(self) -> int:
         """Bytes allocated for the rounds (:func:`warm_start_buffer_bytes`)."""
         return warm_start_buffer_bytes(self.d1, self.d2, self.length, self.n_trials, self._X.dtype)
 
-    @property
-    def pulls(self) -> np.ndarray:
-        """Stored rounds with positive weight per arm: ``(K,)``, or ``(B, K)`` batched."""
-        n = self._n
-        counts = (
-            (self._actions[:, :n, None] == np.arange(self.n_actions))
-            & (self._weights[:, :n, None] > 0)
-        ).sum(axis=1)
-        return counts[0] if self.n_trials is None else counts
+    def _round_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._actions[:, : self._n], self._weights[:, : self._n]
 
     def add(self, X: Any, action: Any, reward: Any, weight: Any = 1.0) -> None:
         """Store one round (validated first; a rejected round changes nothing).
@@ -144,9 +122,7 @@ class WarmStartBuffer:
             On invalid input.
         """
         if self.full:
-            raise RuntimeError(
-                f"WarmStartBuffer is full ({self.length} rounds); call fit() or clear()"
-            )
+            raise self._full_error(RuntimeError)
         B = self.n_trials
         Xv = check_context(X, self.d1, self.d2, B)
         a = check_actions(action, self.n_actions, B)
@@ -166,9 +142,7 @@ class WarmStartBuffer:
             dtype (it would be stored as ``inf``); nothing is stored then.
         """
         if self.full:
-            raise ValueError(
-                f"WarmStartBuffer is full ({self.length} rounds); call fit() or clear()"
-            )
+            raise self._full_error(ValueError)
         dt = self._X.dtype
         if dt != np.float64:
             top = float(np.abs(X).max()) if X.size else 0.0
@@ -186,17 +160,6 @@ class WarmStartBuffer:
         self._rewards[:, i] = rewards
         self._weights[:, i] = weights
         self._n += 1
-
-    def clear(self) -> None:
-        """Forget the stored rounds (the memory stays allocated)."""
-        self._n = 0
-
-    def discard_last(self) -> None:
-        """Forget the last stored round, e.g. when the fit it completed failed (the
-        buffer is then as it was before that round's :meth:`add`)."""
-        if self._n == 0:
-            raise RuntimeError("WarmStartBuffer.discard_last called on an empty buffer")
-        self._n -= 1
 
     def release(self) -> None:
         """Give the storage up (the buffer is empty and full afterwards: ``length`` 0 is
@@ -223,49 +186,6 @@ class WarmStartBuffer:
         if self.n_trials is None:
             parts = tuple(p[0] for p in parts)
         return parts  # type: ignore[return-value]
-
-    def fit(self, **kwargs: Any) -> Any:
-        """``M_init`` from the stored rounds: (K, d1, d2) or (B, K, d1, d2).
-
-        Keyword arguments go to :func:`agents.warm_start.nuclear_norm_fit` (``solver=
-        "factored"`` by default when ``rank`` is given; ``full_output=True`` returns its
-        :class:`~agents.warm_start.NuclearNormFit` instead of the array).
-        """
-        # Imported here: agents.warm_start re-exports this class.
-        from agents.warm_start import nuclear_norm_fit
-
-        if self._n == 0:
-            raise RuntimeError("WarmStartBuffer.fit called on an empty buffer; add rounds first")
-        if "weights" in kwargs:
-            raise ValueError("weights come from add(); do not pass weights to fit")
-        X, a, r, w = self.data()
-        return nuclear_norm_fit(X, a, r, self.n_actions, weights=w, **kwargs)
-
-    def initial_estimate(self, *, rank: int, context: str = "gaussian", seed: int = 0) -> Any:
-        """A start for :meth:`~agents.estimator.LowRankSGD.initialize` from the stored
-        rounds, defined for every arm: :func:`agents.warm_start.initial_estimate`.
-
-        Returns
-        -------
-        ndarray of shape (K, d1, d2) or (B, K, d1, d2)
-
-        Raises
-        ------
-        RuntimeError
-            On an empty buffer.
-        FloatingPointError
-            If the fit fails (nothing changes: the buffer keeps its rounds).
-        """
-        from agents.warm_start import initial_estimate
-
-        if self._n == 0:
-            raise RuntimeError(
-                "WarmStartBuffer.initial_estimate called on an empty buffer; add rounds first"
-            )
-        X, a, r, w = self.data()
-        return initial_estimate(
-            X, a, r, self.n_actions, rank=rank, weights=w, context=context, seed=seed
-        )
 
     def state_dict(self) -> dict[str, Any]:
         """Configuration and stored rounds as plain numpy arrays and scalars (copies)."""
@@ -300,38 +220,19 @@ class WarmStartBuffer:
             On a missing key, a configuration that differs from this buffer's, or arrays of
             the wrong shape or with invalid entries.
         """
-        mine = self.state_dict()
-        for key in ("d1", "d2", "n_actions", "length", "n_trials", "dtype"):
-            if key not in state:
-                raise ValueError(f"state is missing key {key!r}")
-            if not same_value(state[key], mine[key]):
-                raise ValueError(
-                    f"state[{key!r}] = {plain(state[key])!r} does not match this buffer's "
-                    f"{mine[key]!r}"
-                )
-        read_str(state["dtype"], "state['dtype']")
-        if "n" not in state:
-            raise ValueError("state is missing key 'n'")
-        n = read_int(state["n"], "state['n']")
-        if n > self.length:
-            raise ValueError(f"state['n'] must be an integer in [0, {self.length}], got {n!r}")
         B = self._X.shape[0]
-        expected = {
-            "X": (B, n, self.d1, self.d2),
-            "actions": (B, n),
-            "rewards": (B, n),
-            "weights": (B, n),
-        }
-        arrays = {}
-        for key, shape in expected.items():
-            if key not in state:
-                raise ValueError(f"state is missing key {key!r}")
-            arr = np.asarray(state[key])
-            if arr.shape != shape:
-                raise ValueError(f"state[{key!r}] must have shape {shape}, got {arr.shape}")
-            if arr.dtype.kind not in ("iu" if key == "actions" else "f"):
-                raise ValueError(f"state[{key!r}] must be a real array, got dtype {arr.dtype}")
-            arrays[key] = arr
+        n, arrays = self._check_state(
+            state,
+            ("d1", "d2", "n_actions", "length", "n_trials", "dtype"),
+            lambda n: {
+                "X": (B, n, self.d1, self.d2),
+                "actions": (B, n),
+                "rewards": (B, n),
+                "weights": (B, n),
+            },
+            integer=("actions",),
+        )
+        read_str(state["dtype"], "state['dtype']")
         check_finite(arrays["X"].astype(np.float64), "state['X']")
         limit = float(np.finfo(self._X.dtype).max)
         if arrays["X"].size and float(np.abs(arrays["X"]).max()) > limit:
@@ -339,13 +240,6 @@ class WarmStartBuffer:
                 f"state['X'] has entries beyond the range of this buffer's {self._X.dtype} "
                 f"storage ({limit:.3g})"
             )
-        check_finite(arrays["rewards"], "state['rewards']")
-        acts = arrays["actions"]
-        if ((acts < 0) | (acts >= self.n_actions)).any():
-            raise ValueError(f"state['actions'] must be integers in [0, {self.n_actions})")
-        wts = arrays["weights"]
-        if not np.isfinite(wts).all() or (wts < 0).any():
-            raise ValueError("state['weights'] must be finite and >= 0")
         return {"n": n, **arrays}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -132,17 +132,11 @@ def completion_factored_fit(
         weight.
     """
     B, n, d1, d2 = X.shape
-    K = n_actions
-    w = np.ones((B, n)) if weights is None else np.asarray(weights, dtype=float)
-    W = (actions[..., None] == np.arange(K)) * w[..., None]  # (B, n, K)
-    total = W.sum(axis=1)  # (B, K)
-    omega = W / np.where(total > 0, total, 1.0)[:, None, :]  # normalised weights per arm
-    n_eff = np.where((W**2).sum(1) > 0, total**2 / np.maximum((W**2).sum(1), 1e-300), 0.0)
-    y = np.asarray(rewards, dtype=float)
-    lam = None
-    if penalty is not None:
-        lam = np.broadcast_to(np.asarray(penalty, dtype=float), (B, K))
-    out = np.empty((B, K, d1, d2))
+    # Imported here: agents.factored_fit dispatches index contexts to this module.
+    from agents.factored_fit import arm_weights
+
+    omega, n_eff, y, lam = arm_weights(actions, rewards, n_actions, weights, penalty)
+    out = np.empty((B, n_actions, d1, d2))
     for b in range(B):
         out[b] = _fit_trial(
             X.rows[b],

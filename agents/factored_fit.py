@@ -26,7 +26,7 @@ import numpy as np
 from agents.completion_fit import completion_factored_fit
 from lrbandit_gym.onehot import OneHotContexts
 
-__all__ = ["factored_nuclear_norm_fit"]
+__all__ = ["arm_weights", "factored_nuclear_norm_fit"]
 
 # Ridge of the unpenalised refit sweeps (and of arms whose penalty is zero): keeps the
 # systems of an arm with few or no rounds non-singular.
@@ -187,17 +187,8 @@ def factored_nuclear_norm_fit(
             penalty=penalty,
         )
     B, n, d1, d2 = X.shape
-    K = n_actions
-    w = np.ones((B, n)) if weights is None else np.asarray(weights, dtype=float)
-    W = (actions[..., None] == np.arange(K)) * w[..., None]  # (B, n, K)
-    total = W.sum(axis=1)  # (B, K)
-    omega = W / np.where(total > 0, total, 1.0)[:, None, :]  # normalised weights per arm
-    n_eff = np.where((W**2).sum(1) > 0, total**2 / np.maximum((W**2).sum(1), 1e-300), 0.0)
-    y = np.asarray(rewards, dtype=float)
-    lam = None
-    if penalty is not None:
-        lam = np.broadcast_to(np.asarray(penalty, dtype=float), (B, K))
-    out = np.empty((B, K, d1, d2))
+    omega, n_eff, y, lam = arm_weights(actions, rewards, n_actions, weights, penalty)
+    out = np.empty((B, n_actions, d1, d2))
     for b in range(B):
         out[b] = _fit_trial(
             X[b].transpose(1, 0, 2),
@@ -213,3 +204,43 @@ def factored_nuclear_norm_fit(
             refit_sweeps,
         )
     return out
+
+
+def arm_weights(
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    n_actions: int,
+    weights: np.ndarray | None,
+    penalty: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """What both factored fits (dense and index contexts) need per trial and arm.
+
+    Parameters
+    ----------
+    actions, rewards : ndarray of shape (B, n)
+    n_actions : int
+    weights : ndarray of shape (B, n) or None (all 1)
+    penalty : array_like broadcastable to (B, K), or None
+
+    Returns
+    -------
+    omega : ndarray (B, n, K)
+        Each arm's rounds' weights, normalised to sum to 1 (0 off the arm).
+    n_eff : ndarray (B, K)
+        Kish effective number of rounds per arm, ``(Σw)²/Σw²`` (0 without rounds).
+    y : ndarray (B, n)
+        The rewards as float.
+    lam : ndarray (B, K) or None
+        The penalty per trial and arm.
+    """
+    B, n = actions.shape
+    w = np.ones((B, n)) if weights is None else np.asarray(weights, dtype=float)
+    W = (actions[..., None] == np.arange(n_actions)) * w[..., None]  # (B, n, K)
+    total = W.sum(axis=1)  # (B, K)
+    omega = W / np.where(total > 0, total, 1.0)[:, None, :]  # normalised weights per arm
+    n_eff = np.where((W**2).sum(1) > 0, total**2 / np.maximum((W**2).sum(1), 1e-300), 0.0)
+    y = np.asarray(rewards, dtype=float)
+    lam = None
+    if penalty is not None:
+        lam = np.broadcast_to(np.asarray(penalty, dtype=float), (B, n_actions))
+    return omega, n_eff, y, lam

@@ -27,7 +27,6 @@ import numpy as np
 from inference._persistence import check_config, check_count, copy_arrays
 from inference.results import (
     IntervalEstimate,
-    normal_interval,
     trials_phrase,
     warn_insufficient,
 )
@@ -310,7 +309,9 @@ class OptimalValueInference:
                 )
         return out if self.batched else out[0]
 
-    def _value_and_se(self, what: str) -> tuple[np.ndarray, np.ndarray] | None:
+    def _value_and_se(self, what: str) -> tuple[np.ndarray, np.ndarray]:
+        """``V_hat_n`` and its standard error per trial; NaN, with a warning, where they are
+        not estimable yet."""
         n = self._n
         if n < 2:
             warn_insufficient(
@@ -318,7 +319,8 @@ class OptimalValueInference:
                 f"estimate {what} and its variance; returning NaN",
                 stacklevel=4,
             )
-            return None
+            nan = np.full(self._B, np.nan)
+            return nan, nan
         S2 = self._S2_V()
         est = (self._sum_q + self._sum_corr) / n
         flat = ~(S2 > 0)
@@ -365,13 +367,7 @@ class OptimalValueInference:
             f"optimal value V*: doubly robust online estimate ({self.propensities} "
             f"propensities), two-sided Wald interval"
         ) + sequence_phrase(kind, tuning_n)
-        out = self._value_and_se("V*")
-        if out is None:
-            nan = np.full(self._B, np.nan)
-            return normal_interval(
-                nan, nan, n_obs=self._n, confidence_level=level, method=method, batched=self.batched
-            )
-        est, se = out
+        est, se = self._value_and_se("V*")
         return kind_interval(
             kind,
             tuning_n,
@@ -426,20 +422,7 @@ class OptimalValueInference:
             f"optimal value V*: one-sided test of H0: V* <= v0 ({self.propensities} "
             f"propensities); p_value is one-sided, high = inf"
         ) + sequence_phrase(kind, tuning_n)
-        out = self._value_and_se("V*")
-        if out is None:
-            nan = np.full(self._B, np.nan)
-            return normal_interval(
-                nan,
-                nan,
-                n_obs=self._n,
-                confidence_level=level,
-                method=method,
-                batched=self.batched,
-                null_value=v,
-                alternative="greater",
-            )
-        est, se = out
+        est, se = self._value_and_se("V*")
         return kind_interval(
             kind,
             tuning_n,

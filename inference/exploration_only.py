@@ -62,7 +62,7 @@ class ExplorationOnlyInference(_DebiasedLinearForm):
 
     Parameters
     ----------
-    d1, d2, rank, n_actions, targets, context, projection, n_trials
+    d1, d2, rank, n_actions, targets, context, projection, point_estimate, n_trials
         As for :class:`~inference.linear_form.LinearFormInference`.
     """
 

@@ -6,8 +6,10 @@ Algorithms 2-3 of the paper (docs/method.md §4).  Per round ``t`` and arm ``i``
 
     M̃_{i,t}    = M̂ + c·1{a_t=i}/π_t(i)·res_t·X_t               Algorithm 2
     M^unbs_i   = (1/n) Σ_t M̃_{i,t}                              eq. (11)
-    m̂_i        = <M^proj_i, T>, M^proj_i the rank-r SVD         eq. (12), Algorithm 3
-                 truncation of M^unbs_i
+    m̂_i        = <M̂_i + P_T̂(M^unbs_i − M̂_i), T>                  one-step (method.md §4)
+                 T̂ the tangent space of the rank-r matrices at the arm's current estimate
+                 M̂_i; with point_estimate="projection" the paper's <M^proj_i, T>,
+                 M^proj_i the rank-r SVD truncation of M^unbs_i        eq. (12), Algorithm 3
     σ̂²_i       = (1/n) Σ_t 1{a_t=i}/π_t(i)·res_t²               eq. (13)
     Ŝ²_i       = (1/n) Σ_t 1{a_t=i}/π_t(i)²·c²·<G_t, X_t>²       eq. (14)
     interval     m̂_i ± z·σ̂_i·Ŝ_i/√n                             eq. (15)
@@ -38,7 +40,7 @@ from inference.results import (
     warn_insufficient,
 )
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
-from inference.tangent_space import TargetTriplets, pulled_arm_terms
+from inference.tangent_space import TargetTriplets, basis_transform, pulled_arm_terms
 from lrbandit_gym import engine
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.validation import (
@@ -60,6 +62,7 @@ __all__ = ["LinearFormInference"]
 
 _CONTEXTS = ("gaussian", "completion")
 _PROJECTIONS = ("tangent", "paper")
+_POINT_ESTIMATES = ("one-step", "projection")
 # Negative controls for validity studies, never for inference: "no_ipw" replaces 1/pi_t by 1
 # (the bias adaptive sampling causes), "no_debias" drops the correction term (the bias of
 # the low-rank estimate itself).  A study that cannot tell them from the real procedure
@@ -90,6 +93,7 @@ class _DebiasedLinearForm:
         *,
         context: str = "gaussian",
         projection: str = "tangent",
+        point_estimate: str = "one-step",
         n_trials: int | None = None,
         ablation: str | None = None,
     ) -> None:
@@ -104,6 +108,7 @@ class _DebiasedLinearForm:
         self.n_actions = check_positive_int(n_actions, "n_actions", minimum=2)
         self.context = check_choice(context, "context", _CONTEXTS)
         self.projection = check_choice(projection, "projection", _PROJECTIONS)
+        self.point_estimate = check_choice(point_estimate, "point_estimate", _POINT_ESTIMATES)
         self.n_trials = check_n_trials(n_trials)
         names, stack = check_targets(targets, self.d1, self.d2)
         self._names = names
@@ -123,7 +128,7 @@ class _DebiasedLinearForm:
         self._sigma_sum = np.zeros((B, K))  # n·σ̂², eq. (13)
         self._S2_sum = np.zeros((B, K, len(self._names)))  # n·Ŝ², eq. (14)
         self._pulls = np.zeros((B, K), dtype=np.int64)
-        self._cache: dict[int, np.ndarray] = {}
+        self._cache: dict[tuple[str, int], np.ndarray] = {}
 
     @property
     def _B(self) -> int:
@@ -379,11 +384,12 @@ class _DebiasedLinearForm:
         return self._out(self._debiased(arm))
 
     def _projected(self, arm: int) -> np.ndarray:
-        if arm not in self._cache:
+        key = ("projection", arm)
+        if key not in self._cache:
             u, s, vt = np.linalg.svd(self._debiased(arm), full_matrices=False)
             r = self.rank
-            self._cache[arm] = np.matmul(u[..., :r] * s[..., None, :r], vt[..., :r, :])
-        return self._cache[arm]
+            self._cache[key] = np.matmul(u[..., :r] * s[..., None, :r], vt[..., :r, :])
+        return self._cache[key]
 
     def projected(self, arm: int) -> np.ndarray:
         """``M^proj_{arm,n}``: the top-``r`` SVD truncation of ``M^unbs_{arm,n}`` (Alg. 3).
@@ -401,12 +407,61 @@ class _DebiasedLinearForm:
             return self._out(np.full((self._B, self.d1, self.d2), np.nan))
         return self._out(self._projected(arm).copy())
 
+    def _one_step(self, arm: int) -> np.ndarray:
+        key = ("one-step", arm)
+        if key not in self._cache:
+            # The reference: the arm's current estimate M̂ = U Vᵀ (the one held for the
+            # last round absorbed), and orthonormal bases of its column and row spaces.
+            U, V = self._sum.last_U[:, arm], self._sum.last_V[:, arm]
+            Q_U = np.matmul(U, basis_transform(U))
+            Q_V = np.matmul(V, basis_transform(V))
+            M_ref = np.matmul(U, V.swapaxes(-1, -2))
+            E = self._debiased(arm) - M_ref
+            # P_T̂(E) = P_U E + E P_V − P_U E P_V = Q_U (Q_Uᵀ E) + (E Q_V − Q_U Q_Uᵀ E Q_V) Q_Vᵀ
+            UtE = np.matmul(Q_U.swapaxes(-1, -2), E)
+            EV = np.matmul(E, Q_V) - np.matmul(Q_U, np.matmul(UtE, Q_V))
+            step = M_ref + np.matmul(Q_U, UtE) + np.matmul(EV, Q_V.swapaxes(-1, -2))
+            # An estimate of rank below r spans no rank-r tangent space: there the
+            # reference is M^proj itself, around which the one-step is M^proj.
+            full = (np.abs(Q_U).sum(axis=-2) > 0).all(axis=-1)
+            full &= (np.abs(Q_V).sum(axis=-2) > 0).all(axis=-1)
+            if not full.all():
+                step[~full] = self._projected(arm)[~full]
+            self._cache[key] = step
+        return self._cache[key]
+
+    def one_step(self, arm: int) -> np.ndarray:
+        """The one-step estimate ``M̂ + P_T̂(M^unbs − M̂)`` of ``M_arm`` (docs/method.md §4).
+
+        ``M̂`` is the arm's current low-rank estimate and ``P_T̂`` the projection onto the
+        tangent space of the rank-``r`` matrices at ``M̂``; where ``M̂`` has rank below
+        ``r`` the reference is ``M^proj`` (and the one-step estimate is ``M^proj``).  Its
+        error is the projected noise ``P_T̂(M^unbs − M)`` plus a remainder quadratic in
+        ``M̂ − M``, where the SVD truncation's remainder is quadratic in the noise of
+        ``M^unbs``.  Cached until the next update.
+
+        Returns
+        -------
+        ndarray of shape (d1, d2) or (B, d1, d2)
+            NaN (with an :class:`InsufficientDataWarning`) before the first round.
+        """
+        arm = check_arm(arm, self.n_actions)
+        if self._n == 0:
+            self._warn_no_rounds(f"the one-step estimate of M_{arm}")
+            return self._out(np.full((self._B, self.d1, self.d2), np.nan))
+        return self._out(self._one_step(arm).copy())
+
+    def _point(self, arm: int) -> np.ndarray:
+        """The matrix whose inner product with ``T`` is ``m̂`` (``point_estimate``)."""
+        return self._one_step(arm) if self.point_estimate == "one-step" else self._projected(arm)
+
     def _arm_estimate(
         self, arm: int, k: int, target: str
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``m̂ = <M^proj_arm, T>`` (eq. (12)), ``σ̂²`` and ``Ŝ²`` for one arm and target,
-        shape (B,) each; NaN, with a warning, where they are unusable."""
-        m_hat = np.einsum("bij,ij->b", self._projected(arm), self._T[k])
+        """``m̂`` (the one-step estimate, or eq. (12)'s ``<M^proj_arm, T>``), ``σ̂²`` and
+        ``Ŝ²`` for one arm and target, shape (B,) each; NaN, with a warning, where they are
+        unusable."""
+        m_hat = np.einsum("bij,ij->b", self._point(arm), self._T[k])
         sigma2 = self._sigma_sum[:, arm] / self._n
         S2 = self._S2_sum[:, arm, k] / self._n
         never = self._pulls[:, arm] == 0
@@ -438,6 +493,10 @@ class _DebiasedLinearForm:
 
     _pull_kind = ""
     _pull_noun = "pull"
+
+    @property
+    def _settings_phrase(self) -> str:
+        return f"{self.point_estimate} point estimate, {self.projection} projection"
     _method_name = "online debiased low-rank estimate (Algorithms 2-3)"
 
     def _nan_interval(self, level: float, method: str) -> IntervalEstimate:
@@ -487,7 +546,7 @@ class _DebiasedLinearForm:
         k = check_target_name(target, self._names)
         kind, tuning_n = check_kind(kind, tuning_n)
         what = f"<M_{arm}, T[{target!r}]>"
-        method = f"{what}: {self._method_name}, {self.projection} projection"
+        method = f"{what}: {self._method_name}, {self._settings_phrase}"
         method += sequence_phrase(kind, tuning_n)
         if self._n == 0:
             self._warn_no_rounds(what)
@@ -540,7 +599,7 @@ class _DebiasedLinearForm:
         k = check_target_name(target, self._names)
         kind, tuning_n = check_kind(kind, tuning_n)
         what = f"<M_{a} - M_{b}, T[{target!r}]>"
-        method = f"{what}: {self._method_name}, {self.projection} projection (Corollary 3.3)"
+        method = f"{what}: {self._method_name}, {self._settings_phrase} (Corollary 3.3)"
         method += sequence_phrase(kind, tuning_n)
         if self._n == 0:
             self._warn_no_rounds(what)
@@ -611,7 +670,8 @@ class _DebiasedLinearForm:
         return (
             f"{type(self).__name__}(d1={self.d1}, d2={self.d2}, rank={self.rank}, "
             f"n_actions={self.n_actions}, targets={list(self._names)}, "
-            f"context={self.context!r}, projection={self.projection!r}{batch}; "
+            f"context={self.context!r}, projection={self.projection!r}, "
+            f"point_estimate={self.point_estimate!r}{batch}; "
             f"n_obs={self._n})"
         )
 
@@ -626,9 +686,10 @@ class LinearFormInference(_DebiasedLinearForm):
     Per round and for every arm ``i`` (Algorithm 2, docs/method.md §4):
     ``M̃_{i,t} = M̂_{i,t−1} + c·1{a_t=i}/π_t(i)·(y_t − <M̂_{i,t−1}, X_t>)·X_t``, with the
     running sums of ``σ̂²_i`` and ``Ŝ²_i`` (eqs. (13), (14)); at read-out
-    ``m̂ = <M^proj_i, T>`` with ``M^proj_i`` the rank-``r`` truncation of
-    ``M^unbs_i = (1/n) Σ_t M̃_{i,t}``, and ``se = σ̂_i·Ŝ_i/√n`` (eq. (15)).  The module
-    docstring lists every formula.
+    ``m̂ = <M̂_i + P_T̂(M^unbs_i − M̂_i), T>``, the one-step estimate from the arm's current
+    estimate ``M̂_i`` with ``M^unbs_i = (1/n) Σ_t M̃_{i,t}`` (or the paper's
+    ``<M^proj_i, T>``, ``M^proj_i`` the rank-``r`` truncation of ``M^unbs_i``), and
+    ``se = σ̂_i·Ŝ_i/√n`` (eq. (15)).  The module docstring lists every formula.
 
     Parameters
     ----------
@@ -646,6 +707,13 @@ class LinearFormInference(_DebiasedLinearForm):
         ``G_t`` in ``S^2``: "paper" is ``P_U⊥ T P_V + P_U T P_V⊥`` (eq. (14));
         "tangent" is the full tangent-space projection ``T - P_U⊥ T P_V⊥``, which also keeps
         ``P_U T P_V`` (negligible only as ``d -> inf``).
+    point_estimate : {"one-step", "projection"}, default "one-step"
+        How ``m̂`` is read from ``M^unbs``: "one-step" is ``<M̂ + P_T̂(M^unbs − M̂), T>``
+        around the arm's current estimate ``M̂`` (:meth:`one_step`), whose remainder is
+        quadratic in ``M̂ − M``; "projection" is the paper's ``<M^proj, T>`` (eq. (12),
+        :meth:`projected`), whose remainder is quadratic in the noise of ``M^unbs`` and
+        inflates the variance when that noise is large against the smallest singular value
+        (docs/method.md §8).  Both have the same first-order term and standard error.
     n_trials : int or None, default None
         None: one bandit, scalar results.  ``B``: ``B`` independent bandits in lock step;
         every per-round argument gains a leading axis of length ``B`` and results are

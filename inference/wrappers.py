@@ -54,7 +54,16 @@ class _ParameterMixin(InferenceWrapperBase):
     info_key = "parameter_inference"
 
     def _init_parameter(
-        self, env, targets, rank, estimator, propensity_fn, projection, warm_start, sgd_kwargs
+        self,
+        env,
+        targets,
+        rank,
+        estimator,
+        propensity_fn,
+        projection,
+        point_estimate,
+        warm_start,
+        sgd_kwargs,
     ):
         self._setup(env, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
         self.core = LinearFormInference(
@@ -65,6 +74,7 @@ class _ParameterMixin(InferenceWrapperBase):
             targets,
             context=self._shape.context,
             projection=projection,
+            point_estimate=point_estimate,
             n_trials=self.n_trials,
         )
         self.target_names = self.core.target_names
@@ -304,6 +314,10 @@ class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
         ``propensity_fn(obs) -> pmf`` for loops that pass bare actions.
     projection : {"tangent", "paper"}, default "tangent"
         ``G_t`` in ``Ŝ²`` (docs/method.md §4); see :class:`inference.LinearFormInference`.
+    point_estimate : {"one-step", "projection"}, default "one-step"
+        How ``<M_a, T>`` is estimated from the debiased average: the one-step estimate
+        around the current low-rank estimate, or the paper's rank-``r`` truncation (eq. (12));
+        see :class:`inference.LinearFormInference`.
     warm_start : int, optional
         Rounds of the own estimator's warm start (default: sized from the problem by
         :func:`agents.warm_start.default_warm_start_rounds`, as the policies' is).
@@ -326,6 +340,7 @@ class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
         estimator=None,
         propensity_fn=None,
         projection: str = "tangent",
+        point_estimate: str = "one-step",
         warm_start=None,
         **sgd_kwargs,
     ):
@@ -337,12 +352,21 @@ class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
             estimator=estimator,
             propensity_fn=propensity_fn,
             projection=projection,
+            point_estimate=point_estimate,
             warm_start=warm_start,
             **sgd_kwargs,
         )
         gym.Wrapper.__init__(self, env)
         self._init_parameter(
-            env, targets, rank, estimator, propensity_fn, projection, warm_start, sgd_kwargs
+            env,
+            targets,
+            rank,
+            estimator,
+            propensity_fn,
+            projection,
+            point_estimate,
+            warm_start,
+            sgd_kwargs,
         )
 
 
@@ -364,6 +388,7 @@ class VectorParameterInference(_ParameterMixin, VectorWrapper, RecordConstructor
         estimator=None,
         propensity_fn=None,
         projection: str = "tangent",
+        point_estimate: str = "one-step",
         warm_start=None,
         **sgd_kwargs,
     ):
@@ -375,12 +400,21 @@ class VectorParameterInference(_ParameterMixin, VectorWrapper, RecordConstructor
             estimator=estimator,
             propensity_fn=propensity_fn,
             projection=projection,
+            point_estimate=point_estimate,
             warm_start=warm_start,
             **sgd_kwargs,
         )
         VectorWrapper.__init__(self, env)
         self._init_parameter(
-            env, targets, rank, estimator, propensity_fn, projection, warm_start, sgd_kwargs
+            env,
+            targets,
+            rank,
+            estimator,
+            propensity_fn,
+            projection,
+            point_estimate,
+            warm_start,
+            sgd_kwargs,
         )
 
 

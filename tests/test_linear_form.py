@@ -67,6 +67,14 @@ def truncate(M: np.ndarray, r: int) -> np.ndarray:
     return (u[:, :r] * s[:r]) @ vt[:r]
 
 
+def one_step_reference(M_unbs: np.ndarray, U: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """``M̂ + P_T̂(M^unbs − M̂)`` with dense projectors ``P_U = U U⁺`` (the naive form)."""
+    M_hat = U @ V.T
+    P_U, P_V = U @ np.linalg.pinv(U), V @ np.linalg.pinv(V)
+    E = M_unbs - M_hat
+    return M_hat + P_U @ E + E @ P_V - P_U @ E @ P_V
+
+
 def make_history(rng, n, K, d1, d2, r, *, completion=False, B=None):
     """A stream whose factors change like an SGD agent's (the previous pulled arm moves),
     with an all-zero start for arm 1, a rank-deficient spell, and one round where a
@@ -141,7 +149,8 @@ def test_online_equals_direct_computation(projection, context, dense_target):
     np.testing.assert_allclose(inf.S2, S2, rtol=1e-8, atol=1e-10 * S2.max())
 
 
-def test_interval_and_difference_formulas():
+@pytest.mark.parametrize("point_estimate", ["one-step", "projection"])
+def test_interval_and_difference_formulas(point_estimate):
     rng = np.random.default_rng(2)
     K, d1, d2, r, n = 2, 6, 5, 2, 30
     targets = _targets(rng, d1, d2)
@@ -149,13 +158,20 @@ def test_interval_and_difference_formulas():
     hist = [
         (U[:2], V[:2], X, min(a, 1), y, np.array([p[0], 1 - p[0]])) for U, V, X, a, y, p in hist
     ]
-    inf = LinearFormInference(d1, d2, r, K, targets)
+    inf = LinearFormInference(d1, d2, r, K, targets, point_estimate=point_estimate)
     for row in hist:
         inf.update(*row)
     M_unbs, sigma2, S2 = reference(hist, targets)
+    U_last, V_last = hist[-1][0], hist[-1][1]
+    if point_estimate == "one-step":  # around the estimates of the last round absorbed
+        point = [one_step_reference(M_unbs[i], U_last[i], V_last[i]) for i in range(K)]
+        assert np.linalg.matrix_rank(U_last[1] @ V_last[1].T) == r  # a rank-r reference
+        np.testing.assert_allclose(inf.one_step(1), point[1], rtol=1e-9, atol=1e-12)
+    else:
+        point = [truncate(M_unbs[i], r) for i in range(K)]
     z = ndtri(0.5 + 0.9 / 2)
     for k, name in enumerate(targets):
-        m = [np.sum(truncate(M_unbs[i], r) * targets[name]) for i in range(K)]
+        m = [np.sum(point[i] * targets[name]) for i in range(K)]
         se = [np.sqrt(sigma2[i] * S2[i, k] / n) for i in range(K)]
         ci = inf.interval(1, name, confidence_level=0.9)
         assert isinstance(ci, IntervalEstimate)
@@ -168,6 +184,27 @@ def test_interval_and_difference_formulas():
         assert diff.estimate == pytest.approx(m[1] - m[0], rel=1e-9)
         assert diff.standard_error == pytest.approx(se_d, rel=1e-8)
         assert diff.width == pytest.approx(2 * z * se_d, rel=1e-8)
+
+
+def test_one_step_from_a_rank_deficient_estimate_is_the_projection():
+    """An estimate of rank below r spans no rank-r tangent space: the one-step estimate is
+    then M^proj (the one-step around M^proj itself), per trial."""
+    rng = np.random.default_rng(5)
+    B, K, d1, d2, r = 3, 2, 6, 5, 2
+    targets = _targets(rng, d1, d2)
+    inf = LinearFormInference(d1, d2, r, K, targets, n_trials=B)
+    for _ in range(12):
+        U, V = rng.standard_normal((B, K, d1, r)), rng.standard_normal((B, K, d2, r))
+        U[1, 0, :, 1] = 0.0  # trial 1, arm 0: a rank-one estimate
+        inf.update(U, V, rng.standard_normal((B, d1, d2)), rng.integers(0, K, B),
+                   rng.standard_normal(B), np.full((B, K), 1 / K))
+    step, proj = inf.one_step(0), inf.projected(0)
+    np.testing.assert_array_equal(step[1], proj[1])
+    assert not np.allclose(step[0], proj[0])
+    full = [one_step_reference(inf.debiased_mean(0)[b], U[b, 0], V[b, 0]) for b in (0, 2)]
+    np.testing.assert_allclose(step[[0, 2]], full, rtol=1e-9, atol=1e-12)
+    est = inf.interval(0, "dense").estimate
+    np.testing.assert_allclose(est, np.einsum("bij,ij->b", step, targets["dense"]), rtol=1e-12)
 
 
 def test_batched_equals_unbatched():
@@ -675,6 +712,7 @@ def test_bad_targets(targets, match):
     [
         ({"context": "poisson"}, "context"),
         ({"projection": "full"}, "projection"),
+        ({"point_estimate": "svd"}, "point_estimate"),
         ({"n_trials": 0}, "n_trials"),
         ({"rank": 5}, "rank"),
         ({"n_actions": 1}, "n_actions"),

@@ -194,6 +194,23 @@ def test_bad_targets_and_confidence_levels():
         wrapped.interval(0, "nope")
     with pytest.raises(ValueError):
         wrapped.interval(5, "T")
+    with pytest.raises(ValueError, match="point_estimate.*'svd'"):
+        ParameterInference(env, {"T": np.eye(D1, D2)}, rank=R, point_estimate="svd")
+
+
+def test_point_estimate_reaches_the_core_and_its_estimate():
+    env = make_env()
+    agent = EpsilonGreedy(env, rank=R, M_init=truth_init(env), seed=1)
+    targets = {"T": np.eye(D1, D2)}
+    wrapped = ParameterInference(
+        env, targets, estimator=agent.estimator, point_estimate="projection"
+    )
+    assert wrapped.core.point_estimate == "projection"
+    obs, _ = wrapped.reset(seed=3)
+    play(wrapped, agent, obs, 40)
+    est = wrapped.interval(0, "T").estimate
+    assert est == pytest.approx(float(np.sum(wrapped.core.projected(0) * targets["T"])))
+    assert "projection point estimate" in wrapped.interval(0, "T").method
 
 
 def test_single_wrapper_refuses_a_vector_env_and_vice_versa():

@@ -237,6 +237,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         engine=args.engine,
         uniform_from=args.uniform_from,
         tuning_n=args.tuning_n,
+        point_estimate=args.point_estimate,
     )
     return 0
 
@@ -349,6 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--compare-projection",
         action="store_true",
         help="table1: also run the paper's G_t on the same trajectories (doubles inference)",
+    )
+    rep.add_argument(
+        "--point-estimate",
+        choices=["one-step", "projection"],
+        default=None,
+        help="how <M_a, T> is read from the debiased average: one-step (default) or the "
+        "paper's rank-r projection (eq. (12)); not for value and ensemble",
     )
     rep.add_argument(
         "--ranks",

@@ -475,6 +475,7 @@ def reproduce(
     engine: str | None = None,
     uniform_from: int | None = None,
     tuning_n: int | None = None,
+    point_estimate: str | None = None,
     stream=None,
 ) -> dict:
     """Run one study and write its outputs into ``out``.
@@ -516,6 +517,10 @@ def reproduce(
     tuning_n : int, optional
         Round at which the confidence sequences are tightest (default: the inference
         package's, 1000).
+    point_estimate : {"one-step", "projection"}, optional
+        How ``<M_a, T>`` is read from the debiased average (default "one-step", the
+        library's; "projection" is the paper's Algorithm 3, eq. (12)); docs/method.md §4.
+        Not for ``value`` and ``ensemble``, which estimate no linear form.
 
     Returns
     -------
@@ -540,6 +545,7 @@ def reproduce(
                 warm_start=warm_start,
                 uniform_from=uniform_from,
                 tuning_n=tuning_n,
+                point_estimate=point_estimate,
                 stream=stream,
             )
     if study not in STUDIES:
@@ -573,6 +579,16 @@ def reproduce(
             )
         configs = {
             k: dataclasses.replace(c, warm_start=int(warm_start)) for k, c in configs.items()
+        }
+    if point_estimate is not None:
+        if study in ("value", "ensemble"):
+            raise ValueError(f"point_estimate does not apply to the {study} study")
+        if point_estimate not in ("one-step", "projection"):
+            raise ValueError(
+                f"point_estimate must be 'one-step' or 'projection'; got {point_estimate!r}"
+            )
+        configs = {
+            k: dataclasses.replace(c, point_estimate=point_estimate) for k, c in configs.items()
         }
     if uniform_from is not None or tuning_n is not None:
         if study == "ensemble":

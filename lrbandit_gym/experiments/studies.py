@@ -70,6 +70,9 @@ class StudyConfig:
     checkpoints: tuple[int, ...] = (1000, 2000, 3000)
     targets: str | None = "paper"  # "paper" for T1/T2; None for no parameter inference
     projection: str = "tangent"
+    #: How <M_a, T> is read from the debiased average: "one-step" (the library's default)
+    #: or "projection" (the paper's rank-r truncation, eq. (12)).
+    point_estimate: str = "one-step"
     value: bool = False  # also run optimal-value inference
     #: Extra inference variants fed the same trajectories: "paper"/"tangent" (the other
     #: projection), the negative controls "no_ipw"/"no_debias" (LinearFormInference), and
@@ -180,13 +183,18 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
             config.n_actions,
             targets,
             projection=config.projection,
+            point_estimate=config.point_estimate,
             n_trials=n_trials,
         )
     if targets is not None:
         for variant in ("",) + tuple(v for v in config.variants if v != "exploration_only"):
             projection = variant if variant in ("paper", "tangent") else config.projection
             env = wrapper = VectorParameterInference(
-                env, targets, estimator=agent.estimator, projection=projection
+                env,
+                targets,
+                estimator=agent.estimator,
+                projection=projection,
+                point_estimate=config.point_estimate,
             )
             if variant in ("no_ipw", "no_debias"):  # negative control: an ablated core
                 wrapper.core = LinearFormInference(
@@ -196,6 +204,7 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
                     config.n_actions,
                     targets,
                     projection=projection,
+                    point_estimate=config.point_estimate,
                     n_trials=n_trials,
                     ablation=variant,
                 )

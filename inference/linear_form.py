@@ -358,16 +358,25 @@ class _DebiasedLinearForm:
         )
 
     # ------------------------------------------------------------------ read-out
-    def _warn_no_rounds(self, what: str) -> None:
+    def _warn_no_rounds(self, what: str, stacklevel: int = 4) -> None:
         warn_insufficient(
             f"no rounds observed yet: at least 1 more round (with a pull of each arm "
             f"involved) is needed to estimate {what}; returning NaN",
-            stacklevel=4,
+            stacklevel=stacklevel,
         )
 
     def _debiased(self, arm: int) -> np.ndarray:
         """``M^unbs_arm = (1/n) Σ_t M̃_{arm,t}``, shape (B, d1, d2); needs ``n > 0``."""
         return self._sum.total(arm) / self._n
+
+    def _matrix_readout(self, arm, what: str, compute) -> np.ndarray:
+        """A copy of ``compute(arm)`` in the caller's layout; NaN, with a warning naming
+        ``what`` (formatted with ``arm``), before the first round."""
+        arm = check_arm(arm, self.n_actions)
+        if self._n == 0:
+            self._warn_no_rounds(what.format(arm=arm), stacklevel=5)  # the public caller's
+            return self._out(np.full((self._B, self.d1, self.d2), np.nan))
+        return self._out(compute(arm).copy())
 
     def debiased_mean(self, arm: int) -> np.ndarray:
         """``M^unbs_{arm,n} = (1/n) Σ_t M̃_{arm,t}`` (eq. (11), Algorithm 2).
@@ -377,11 +386,7 @@ class _DebiasedLinearForm:
         ndarray of shape (d1, d2) or (B, d1, d2)
             NaN (with an :class:`InsufficientDataWarning`) before the first round.
         """
-        arm = check_arm(arm, self.n_actions)
-        if self._n == 0:
-            self._warn_no_rounds(f"M^unbs_{arm}")
-            return self._out(np.full((self._B, self.d1, self.d2), np.nan))
-        return self._out(self._debiased(arm))
+        return self._matrix_readout(arm, "M^unbs_{arm}", self._debiased)
 
     def _projected(self, arm: int) -> np.ndarray:
         key = ("projection", arm)
@@ -401,11 +406,7 @@ class _DebiasedLinearForm:
         ndarray of shape (d1, d2) or (B, d1, d2)
             NaN (with an :class:`InsufficientDataWarning`) before the first round.
         """
-        arm = check_arm(arm, self.n_actions)
-        if self._n == 0:
-            self._warn_no_rounds(f"M^proj_{arm}")
-            return self._out(np.full((self._B, self.d1, self.d2), np.nan))
-        return self._out(self._projected(arm).copy())
+        return self._matrix_readout(arm, "M^proj_{arm}", self._projected)
 
     def _one_step(self, arm: int) -> np.ndarray:
         key = ("one-step", arm)
@@ -445,11 +446,7 @@ class _DebiasedLinearForm:
         ndarray of shape (d1, d2) or (B, d1, d2)
             NaN (with an :class:`InsufficientDataWarning`) before the first round.
         """
-        arm = check_arm(arm, self.n_actions)
-        if self._n == 0:
-            self._warn_no_rounds(f"the one-step estimate of M_{arm}")
-            return self._out(np.full((self._B, self.d1, self.d2), np.nan))
-        return self._out(self._one_step(arm).copy())
+        return self._matrix_readout(arm, "the one-step estimate of M_{arm}", self._one_step)
 
     def _point(self, arm: int) -> np.ndarray:
         """The matrix whose inner product with ``T`` is ``m̂`` (``point_estimate``)."""
@@ -497,6 +494,7 @@ class _DebiasedLinearForm:
     @property
     def _settings_phrase(self) -> str:
         return f"{self.point_estimate} point estimate, {self.projection} projection"
+
     _method_name = "online debiased low-rank estimate (Algorithms 2-3)"
 
     def _nan_interval(self, level: float, method: str) -> IntervalEstimate:
@@ -516,7 +514,8 @@ class _DebiasedLinearForm:
     ) -> IntervalEstimate:
         """Confidence interval for ``m = <M_arm, T>`` (eq. (15), Algorithm 3).
 
-        ``m̂ = <M^proj_arm, T>`` and ``se = σ̂·Ŝ/√n``; the p-value is two-sided for
+        ``m̂`` is the point estimate chosen at construction (``point_estimate``: the one-step
+        estimate, or ``<M^proj_arm, T>``) and ``se = σ̂·Ŝ/√n``; the p-value is two-sided for
         ``H0: <M_arm, T> = 0``.
 
         Parameters

@@ -135,7 +135,7 @@ class _ParameterMixin(InferenceWrapperBase):
         kind: str = "fixed",
         tuning_n: int = DEFAULT_TUNING_N,
     ) -> IntervalEstimate:
-        """Confidence interval for ``<M_arm, T>`` (Algorithm 3), or with
+        """Confidence interval for ``<M_arm, T>`` (Algorithms 2-3), or with
         ``kind="sequence"`` the anytime-valid confidence sequence tuned at ``tuning_n``
         (see :meth:`inference.LinearFormInference.interval`)."""
         with self._one_warning():
@@ -326,7 +326,7 @@ class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
 
     ``info["parameter_inference"]`` after each step holds ``n_obs`` and, once inference has
     started, ``sigma2`` (K,) and ``standard_error`` (a dict target → (K,)): values that need
-    no SVD.  Point estimates need the top-r projection: read them with :meth:`interval`.
+    no pass over ``d1 x d2`` matrices.  Point estimates do: read them with :meth:`interval`.
     """
 
     _vector = False

@@ -196,8 +196,14 @@ def test_one_step_from_a_rank_deficient_estimate_is_the_projection():
     for _ in range(12):
         U, V = rng.standard_normal((B, K, d1, r)), rng.standard_normal((B, K, d2, r))
         U[1, 0, :, 1] = 0.0  # trial 1, arm 0: a rank-one estimate
-        inf.update(U, V, rng.standard_normal((B, d1, d2)), rng.integers(0, K, B),
-                   rng.standard_normal(B), np.full((B, K), 1 / K))
+        inf.update(
+            U,
+            V,
+            rng.standard_normal((B, d1, d2)),
+            rng.integers(0, K, B),
+            rng.standard_normal(B),
+            np.full((B, K), 1 / K),
+        )
     step, proj = inf.one_step(0), inf.projected(0)
     np.testing.assert_array_equal(step[1], proj[1])
     assert not np.allclose(step[0], proj[0])

@@ -110,8 +110,11 @@ class _BothPointEstimates(CheckpointReader):
         self.se = np.asarray(core.interval(1, "T1").standard_error)
 
     def result(self):
-        return {"one-step": self.pair["one-step"], "projection": self.pair["projection"],
-                "se": self.se}
+        return {
+            "one-step": self.pair["one-step"],
+            "projection": self.pair["projection"],
+            "se": self.se,
+        }
 
     @classmethod
     def summarize(cls, arrays, quantities, setting, confidence_level):

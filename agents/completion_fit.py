@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from agents.factored_fit import alternate, arm_weights, data_penalty
 from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = ["completion_factored_fit"]
-
-# The dense path's floor (agents.factored_fit._RIDGE_FLOOR), kept equal so both paths give
-# the same numbers: the ridge of the refit sweeps and of arms whose penalty is zero.
-RIDGE_FLOOR = 1e-10
 
 
 def _row_systems(
@@ -91,20 +88,14 @@ def _fit_trial(
     if penalty is not None:
         lam = np.asarray(penalty, dtype=float)
     else:
-        rate = (np.sqrt(d1) + np.sqrt(d2)) / np.sqrt(np.maximum(n_eff, 1.0))
-        lam = penalty_scale * sigma * rate
-        lam = np.where(lam > 0, lam, RIDGE_FLOOR)
+        lam = data_penalty(sigma, n_eff, d1, d2, penalty_scale)
 
     def sweep(U, V, lam):
         U = np.stack([_row_systems(jr[k], V[k][kc[k]], w[k], yk[k], d1, lam[k]) for k in range(K)])
         V = np.stack([_row_systems(kc[k], U[k][jr[k]], w[k], yk[k], d2, lam[k]) for k in range(K)])
         return U, V
 
-    for _ in range(penalised_sweeps):
-        U, V = sweep(U, V, lam)
-    for _ in range(refit_sweeps):
-        U, V = sweep(U, V, np.full(K, RIDGE_FLOOR))
-    return np.matmul(U, V.swapaxes(-1, -2))
+    return alternate(sweep, U, V, lam, penalised_sweeps, refit_sweeps)
 
 
 def completion_factored_fit(
@@ -133,8 +124,6 @@ def completion_factored_fit(
     """
     B, n, d1, d2 = X.shape
     # Imported here: agents.factored_fit dispatches index contexts to this module.
-    from agents.factored_fit import arm_weights
-
     omega, n_eff, y, lam = arm_weights(actions, rewards, n_actions, weights, penalty)
     out = np.empty((B, n_actions, d1, d2))
     for b in range(B):

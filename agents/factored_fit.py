@@ -23,14 +23,41 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.completion_fit import completion_factored_fit
 from lrbandit_gym.onehot import OneHotContexts
 
-__all__ = ["arm_weights", "factored_nuclear_norm_fit"]
+__all__ = ["RIDGE_FLOOR", "alternate", "arm_weights", "data_penalty", "factored_nuclear_norm_fit"]
 
-# Ridge of the unpenalised refit sweeps (and of arms whose penalty is zero): keeps the
-# systems of an arm with few or no rounds non-singular.
-_RIDGE_FLOOR = 1e-10
+#: Ridge of the unpenalised refit sweeps (and of arms whose penalty is zero): keeps the
+#: systems of an arm with few or no rounds non-singular.
+RIDGE_FLOOR = 1e-10
+
+
+def data_penalty(
+    sigma: np.ndarray, n_eff: np.ndarray, d1: int, d2: int, penalty_scale: float
+) -> np.ndarray:
+    """The data-driven ``λ = C σ̂ (√d1 + √d2)/√n_eff`` per arm (Negahban & Wainwright's rate).
+
+    An arm without rounds (or whose spectral start fits exactly, e.g. all rewards 0) has
+    ``σ̂ = 0`` and an all-zero system: it gets :data:`RIDGE_FLOOR`, which keeps it solvable
+    (its estimate is then exactly zero).  Every other arm keeps its penalty.
+    """
+    rate = (np.sqrt(d1) + np.sqrt(d2)) / np.sqrt(np.maximum(n_eff, 1.0))
+    lam = penalty_scale * sigma * rate
+    return np.where(lam > 0, lam, RIDGE_FLOOR)
+
+
+def alternate(sweep, U, V, lam, penalised_sweeps: int, refit_sweeps: int) -> np.ndarray:
+    """Run ``sweep(U, V, lam) -> (U, V)`` with the penalty, then without it, and return
+    every arm's ``U Vᵀ``.
+
+    The unpenalised refit sweeps from the penalised solution remove its shrinkage (the
+    role of the tangent-space refit in the proximal-gradient path).
+    """
+    for _ in range(penalised_sweeps):
+        U, V = sweep(U, V, lam)
+    for _ in range(refit_sweeps):
+        U, V = sweep(U, V, np.full(len(lam), RIDGE_FLOOR))
+    return np.matmul(U, V.swapaxes(-1, -2))
 
 
 def _ridge_solve(A: list[np.ndarray], w: list[np.ndarray], y: list[np.ndarray], lam: np.ndarray):
@@ -91,12 +118,7 @@ def _fit_trial(
         for k in range(K):
             pred = np.matmul(Xk[k], M0[k].astype(dt)[:, :, None])[..., 0].sum(axis=0)  # (m,)
             sigma[k] = np.sqrt((w[k] * (yk[k] - pred) ** 2).sum())
-        rate = (np.sqrt(d1) + np.sqrt(d2)) / np.sqrt(np.maximum(n_eff, 1.0))
-        lam = penalty_scale * sigma * rate
-        # An arm without rounds (or whose spectral start fits exactly, e.g. all rewards 0)
-        # has sigma = 0 and an all-zero system: the refit's floor keeps it solvable, and
-        # its estimate is then exactly zero.  Every other arm keeps its penalty.
-        lam = np.where(lam > 0, lam, _RIDGE_FLOOR)
+        lam = data_penalty(sigma, n_eff, d1, d2, penalty_scale)
 
     def sweep(U, V, lam):
         # U-step: features vec(X_t V_k), ordered (i, s), as the columns of A (d1 r, m_k).
@@ -118,14 +140,7 @@ def _fit_trial(
         ]
         return U, _ridge_solve(A, w, yk, lam).reshape(K, r, d2).swapaxes(-1, -2)
 
-    for _ in range(penalised_sweeps):
-        U, V = sweep(U, V, lam)
-    # Refit: unpenalised sweeps from the penalised solution remove its shrinkage (the role
-    # of the tangent-space refit in the proximal-gradient path); 1e-10 keeps the systems
-    # non-singular for an arm with too few rounds.
-    for _ in range(refit_sweeps):
-        U, V = sweep(U, V, np.full(K, _RIDGE_FLOOR))
-    return np.matmul(U, V.swapaxes(-1, -2))
+    return alternate(sweep, U, V, lam, penalised_sweeps, refit_sweeps)
 
 
 def factored_nuclear_norm_fit(
@@ -173,6 +188,8 @@ def factored_nuclear_norm_fit(
         weight.
     """
     if isinstance(X, OneHotContexts):  # completion contexts as indices: no matrix at all
+        from agents.completion_fit import completion_factored_fit
+
         return completion_factored_fit(
             X,
             actions,

@@ -18,19 +18,15 @@ import numpy as np
 from agents.state import plain, read_int, same_value
 from lrbandit_gym.validation import check_finite, check_positive_int
 
-__all__ = ["RoundStore"]
+__all__ = ["RoundCounter", "RoundStore"]
 
 
-class RoundStore:
-    """Base of the warm-start buffers.
+class RoundCounter:
+    """The configuration and the count of rounds of every warm start, stored
+    (:class:`RoundStore`) or streamed (:class:`~agents.streaming_warm_start.StreamingWarmStart`).
 
-    Subclasses call :meth:`_init_rounds` in ``__init__``, implement :meth:`data` (the stored
-    ``(X, actions, rewards, weights)``, with a leading trial axis when batched) and
-    :meth:`_round_arrays`, and set :attr:`_default_context`.
+    Subclasses call :meth:`_init_rounds` in ``__init__`` and count rounds in ``_n``.
     """
-
-    #: The context law the fit assumes unless the caller says otherwise.
-    _default_context = "gaussian"
 
     def _init_rounds(
         self, d1: int, d2: int, n_actions: int, length: int, n_trials: int | None
@@ -42,15 +38,11 @@ class RoundStore:
         self.length = check_positive_int(length, "length")
         self.n_trials = None if n_trials is None else check_positive_int(n_trials, "n_trials")
         self._n = 0
+        return self._B
+
+    @property
+    def _B(self) -> int:
         return 1 if self.n_trials is None else self.n_trials
-
-    # ------------------------------------------------------------------ the rounds
-    def data(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
-        raise NotImplementedError
-
-    def _round_arrays(self) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - abstract
-        """``(actions, weights)`` of the stored rounds, shape (B, n)."""
-        raise NotImplementedError
 
     @property
     def n(self) -> int:
@@ -61,6 +53,26 @@ class RoundStore:
     def full(self) -> bool:
         """Whether ``length`` rounds have been stored."""
         return self._n >= self.length
+
+
+class RoundStore(RoundCounter):
+    """Base of the warm-start buffers.
+
+    Subclasses call :meth:`_init_rounds` in ``__init__``, implement :meth:`data` (the stored
+    ``(X, actions, rewards, weights)``, with a leading trial axis when batched) and
+    :meth:`_round_arrays`, and set :attr:`_default_context`.
+    """
+
+    #: The context law the fit assumes unless the caller says otherwise.
+    _default_context = "gaussian"
+
+    # ------------------------------------------------------------------ the rounds
+    def data(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _round_arrays(self) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - abstract
+        """``(actions, weights)`` of the stored rounds, shape (B, n)."""
+        raise NotImplementedError
 
     @property
     def pulls(self) -> np.ndarray:

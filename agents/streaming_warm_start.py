@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from agents.balancing import balance
+from agents.round_store import RoundCounter
 from agents.state import plain, read_bool, read_int, same_value
 from agents.warm_start_buffer import warm_start_buffer_bytes
 from agents.warm_start_rules import START_SCALE, fixed_directions
@@ -145,7 +146,7 @@ def choose_warm_start_fit(
     return "buffer" if fits else "streaming"
 
 
-class StreamingWarmStart:
+class StreamingWarmStart(RoundCounter):
     """One-pass warm start for Gaussian contexts with memory independent of its length.
 
     The interface of :class:`~agents.warm_start_buffer.WarmStartBuffer` that the policies
@@ -192,14 +193,10 @@ class StreamingWarmStart:
         *,
         seed: int = 0,
     ) -> None:
-        self.d1 = check_positive_int(d1, "d1")
-        self.d2 = check_positive_int(d2, "d2")
-        self.n_actions = check_positive_int(n_actions, "n_actions")
-        self.length = check_positive_int(length, "length")
+        self._init_rounds(d1, d2, n_actions, length, n_trials)
         self.rank = check_positive_int(rank, "rank")
         if self.rank > min(self.d1, self.d2):
             raise ValueError(f"rank must be <= min(d1, d2) = {min(d1, d2)}, got {rank}")
-        self.n_trials = None if n_trials is None else check_positive_int(n_trials, "n_trials")
         self.seed = int(seed)
         #: Rounds of the spectral phase, then the round from which estimates are averaged.
         self.spectral_rounds = max(1, math.ceil(SPECTRAL_FRACTION * self.length))
@@ -215,22 +212,7 @@ class StreamingWarmStart:
         self._tail = np.zeros((B, K), dtype=np.int64)
         self._pulls = np.zeros((B, K), dtype=np.int64)
         self._started = False  # factors set from the moments
-        self._n = 0
         self._undo: dict[str, Any] | None = None
-
-    @property
-    def _B(self) -> int:
-        return 1 if self.n_trials is None else self.n_trials
-
-    @property
-    def n(self) -> int:
-        """Rounds absorbed so far."""
-        return self._n
-
-    @property
-    def full(self) -> bool:
-        """Whether ``length`` rounds have been absorbed."""
-        return self._n >= self.length
 
     @property
     def nbytes(self) -> int:

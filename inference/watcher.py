@@ -30,7 +30,12 @@ from agents.warm_start import (
     warm_start_buffer_bytes,
 )
 from agents.warm_start_check import check_buffer
-from inference.results import InsufficientDataWarning, interval_rows, warn_insufficient
+from inference.results import (
+    InsufficientDataWarning,
+    format_table,
+    interval_rows,
+    warn_insufficient,
+)
 from inference.sequences import DEFAULT_TUNING_N
 from lrbandit_gym.decision import split_decision
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
@@ -456,6 +461,18 @@ class InferenceWrapperBase:
             "returning NaN",
             stacklevel=4,
         )
+
+    def summary(
+        self,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ) -> str:
+        """A text table of :meth:`results`: every quantity this wrapper reports (trial 0
+        under a vector env)."""
+        rows = self.results(confidence_level, kind=kind, tuning_n=tuning_n)
+        return format_table(rows, self.n_trials, confidence_level)
 
     def to_frame(
         self,

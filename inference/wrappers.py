@@ -37,7 +37,7 @@ from agents.estimator import LowRankSGD
 from inference.estimator_feed import EstimatorFeed
 from inference.linear_form import LinearFormInference
 from inference.optimal_value import OptimalValueInference
-from inference.results import IntervalEstimate, format_table
+from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
 from inference.watcher import InferenceWrapperBase
 from lrbandit_gym.onehot import OneHotContexts
@@ -177,17 +177,6 @@ class _ParameterMixin(InferenceWrapperBase):
                     rows.append((f"<M_{b} - M_{a}, {name}>", ci))
         return rows
 
-    def summary(
-        self,
-        confidence_level: float = 0.95,
-        *,
-        kind: str = "fixed",
-        tuning_n: int = DEFAULT_TUNING_N,
-    ) -> str:
-        """A text table of every arm, target and difference (trial 0 under a vector env)."""
-        rows = self.results(confidence_level, kind=kind, tuning_n=tuning_n)
-        return format_table(rows, self.n_trials, confidence_level)
-
     @property
     def parameter_inference(self):
         """This wrapper: ``env.get_wrapper_attr("parameter_inference")`` finds it in a stack."""
@@ -272,17 +261,6 @@ class _ValueMixin(InferenceWrapperBase):
     ) -> list[tuple[str, IntervalEstimate]]:
         """The optimal value's interval as ``[("V*", IntervalEstimate)]``."""
         return [("V*", self.interval(confidence_level, kind=kind, tuning_n=tuning_n))]
-
-    def summary(
-        self,
-        confidence_level: float = 0.95,
-        *,
-        kind: str = "fixed",
-        tuning_n: int = DEFAULT_TUNING_N,
-    ) -> str:
-        """A text table of ``V*`` (trial 0 under a vector env)."""
-        rows = self.results(confidence_level, kind=kind, tuning_n=tuning_n)
-        return format_table(rows, self.n_trials, confidence_level)
 
     @property
     def value_inference(self):

@@ -137,7 +137,10 @@ def test_verdict_rule():
     z = Φ⁻¹(1 − 0.01/20) = 3.29, half-width 3.29·√(0.95·0.05/200) = 0.0507."""
     status, line, band = verdict(rows([0.95] * 9 + [0.90]), 0.95)
     assert status == "VALID" and math.isclose(band, 0.0507, abs_tol=5e-4)
-    assert "within 0.95 ± 0.051" in line and "Bonferroni over 10 cells" in line
+    # 0.95 + 0.0507 passes 1: the band is quoted cut at 1 (no cell can over-cover here).
+    assert "within [0.899, 1]" in line and "Bonferroni over 10 cells" in line
+    _, line, band = verdict(rows([0.95] * 10, trials=2000), 0.95)
+    assert f"within 0.95 ± {band:.3f}" in line
     status, line, _ = verdict(rows([0.95] * 9 + [0.89]), 0.95)
     assert status == "UNDER-COVERS" and "1 of 10" in line and "q9 at n = 100: 0.890" in line
     status, _, _ = verdict(rows([0.95] * 9 + [1.0], trials=2000), 0.95)

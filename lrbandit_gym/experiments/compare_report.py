@@ -21,6 +21,7 @@ import numpy as np
 from scipy import stats
 
 from lrbandit_gym.experiments.compare_run import ComparisonSetting
+from lrbandit_gym.experiments.studies import coverage_interval, format_coverage
 
 __all__ = ["ComparisonResult"]
 
@@ -38,16 +39,28 @@ def _pandas(as_frame: bool | None):
 
 
 def _coverage(est, se, truth, valid, z):
-    """Coverage, its Monte Carlo s.e., mean width and the trials used."""
+    """Coverage, its Monte Carlo s.e. and 95% Wilson interval (``coverage_low``,
+    ``coverage_high``: it keeps a width at 0 and 1), mean width and the trials used."""
     ok = valid & np.isfinite(est) & np.isfinite(se)
     n = int(ok.sum())
     if not n:
-        return {"trials": 0, "coverage": np.nan, "coverage_mcse": np.nan, "mean_width": np.nan}
-    cov = float(np.mean(np.abs(est[ok] - truth) <= z * se[ok]))
+        return {
+            "trials": 0,
+            "coverage": np.nan,
+            "coverage_mcse": np.nan,
+            "coverage_low": np.nan,
+            "coverage_high": np.nan,
+            "mean_width": np.nan,
+        }
+    covered = np.abs(est[ok] - truth) <= z * se[ok]
+    cov = float(np.mean(covered))
+    low, high = coverage_interval(int(covered.sum()), n)
     return {
         "trials": n,
         "coverage": cov,
         "coverage_mcse": float(np.sqrt(cov * (1 - cov) / n)),
+        "coverage_low": low,
+        "coverage_high": high,
         "mean_width": float(np.mean(2 * z * se[ok])),
     }
 
@@ -201,8 +214,9 @@ class ComparisonResult:
         return rows if pd is None else pd.DataFrame(rows)
 
     def inference(self, as_frame: bool | None = None, checkpoint: int = -1):
-        """Coverage, its Monte Carlo s.e. and mean width of every interval, per agent, at a
-        checkpoint (default: the last round), over the trials where inference is defined."""
+        """Coverage (with its Monte Carlo s.e. and Wilson interval) and mean width of every
+        interval, per agent, at a checkpoint (default: the last round), over the trials where
+        inference is defined."""
         z = self._z()
         rows = []
         for name in self.agents:
@@ -276,7 +290,8 @@ class ComparisonResult:
         lines += [
             "",
             f"Coverage of the {level} intervals after round {s.rounds} on each agent's own "
-            "trajectory (mean width in brackets):",
+            "trajectory, with its 95% Monte Carlo (Wilson) interval, and the mean width in "
+            "parentheses:",
             "",
             "| agent | trials | " + " | ".join(labels) + " |",
             "|---|---|" + "---|" * len(labels),
@@ -292,7 +307,7 @@ class ComparisonResult:
                 if not r["trials"]:
                     cells.append("n/a")
                 else:
-                    cells.append(f"{r['coverage']:.3f} ({r['mean_width']:.3g})")
+                    cells.append(f"{format_coverage(r)} ({r['mean_width']:.3g})")
             lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
             if self.notes(name):
                 notes.append(f"- {name}: " + "; ".join(self.notes(name)))

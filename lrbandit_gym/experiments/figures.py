@@ -8,8 +8,9 @@ axis; see :func:`lrbandit_gym.experiments.studies.summarize_parameters`) and dra
   ``N(0, 1)`` density, one panel per target x arm (and the arm difference) at each ``n``,
   as the paper's Figs. 4-5 (``sqrt(n) (m_hat - m) / (sigma_hat S_hat)``, Theorem 3.2) and
   its appendix figures for ``V*`` (Theorem 4.2; Appendix A with estimated propensities);
-* :func:`coverage_figure`: coverage against ``n`` with the nominal level and its Monte Carlo
-  band ``level +- 1.96 sqrt(level (1 - level) / trials)``;
+* :func:`coverage_figure`: coverage against ``n`` with its 95% Wilson interval as the error
+  bar, the nominal level and its Monte Carlo band ``level +- 1.96 sqrt(level (1 - level) /
+  trials)`` cut at 0 and 1;
 * :func:`length_figure`: mean interval length ``2 z se`` against ``n``.
 
 Coverage and lengths come from :func:`lrbandit_gym.experiments.studies.summarize_parameters` and
@@ -305,8 +306,20 @@ def zscore_figure(
 
 
 def _mc_band(level: float, trials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 95% acceptance band of the coverage of a valid procedure, cut to ``[0, 1]``."""
     half = 1.96 * np.sqrt(level * (1 - level) / np.maximum(trials, 1))
-    return level - half, level + half
+    return np.maximum(level - half, 0.0), np.minimum(level + half, 1.0)
+
+
+def coverage_error_bars(rows: Sequence[Mapping], key: str = "coverage") -> np.ndarray:
+    """``yerr`` of ``errorbar``/``bar``, shape ``(2, len(rows))``: the distances from each
+    coverage down to ``{key}_low`` and up to ``{key}_high``, its Wilson interval
+    (:func:`~lrbandit_gym.experiments.studies.coverage_interval`), which stays inside
+    ``[0, 1]`` where ``±1.96 sqrt(c (1 − c)/N)`` would pass 1 or vanish; 0 where undefined."""
+    y = np.array([r[key] for r in rows], dtype=float)
+    low = np.array([r.get(f"{key}_low", np.nan) for r in rows], dtype=float)
+    high = np.array([r.get(f"{key}_high", np.nan) for r in rows], dtype=float)
+    return np.nan_to_num(np.vstack([y - low, high - y]), nan=0.0)
 
 
 def coverage_figure(
@@ -319,9 +332,9 @@ def coverage_figure(
 ) -> Path:
     """Coverage of the ``confidence_level`` intervals against ``n``, one panel per quantity.
 
-    Each variant's coverage carries its ``±1.96`` Monte Carlo error bar; the nominal level
-    is a line and ``level ± 1.96 sqrt(level (1 - level) / trials)`` the band a valid
-    procedure stays in 95% of the time.
+    Each variant's coverage carries its 95% Wilson interval as the error bar (never past 0
+    or 1); the nominal level is a line and ``level ± 1.96 sqrt(level (1 - level) / trials)``,
+    cut to ``[0, 1]``, the band a valid procedure stays in 95% of the time.
 
     Parameters
     ----------
@@ -383,7 +396,7 @@ def _against_n(result, path, what, confidence_level, reference, title) -> Path:
             y = np.array([r[what] for r in mine])
             label = VARIANT_LABELS.get(v, v)
             if what == "coverage":
-                err = 1.96 * np.array([r["coverage_mcse"] for r in mine])
+                err = coverage_error_bars(mine)
                 ax.errorbar(ns, y, yerr=err, marker="o", ms=4, capsize=3, label=label)
             else:
                 ax.plot(ns, y, marker="o", ms=4, label=label)

@@ -29,6 +29,7 @@ from lrbandit_gym import engine as engines
 from lrbandit_gym.experiments.ensemble_study import EnsembleStudyConfig, run_ensemble_study
 from lrbandit_gym.experiments.studies import (
     StudyConfig,
+    format_coverage,
     process_map,
     run_study,
     summarize_parameters,
@@ -737,8 +738,8 @@ def _numba_version() -> str | None:
 def _print_table(study, rows, stream) -> None:
     head = (
         f"{'setting':<9}{'method':<17}{'target':<7}{'n':>5} {'quantity':<14}"
-        f"{'coverage':>9} {'(paper)':>7} {'length':>8} {'(paper)':>7} {'MSE':>9} "
-        f"{'z mean':>7} {'z sd':>6}"
+        f"{'coverage [95% MC interval]':>27} {'(paper)':>7} {'length':>8} {'(paper)':>7} "
+        f"{'MSE':>9} {'z mean':>7} {'z sd':>6}"
     )
     print(head, file=stream)
     print("-" * len(head), file=stream)
@@ -770,7 +771,7 @@ def _print_table(study, rows, stream) -> None:
 
         print(
             f"{r['setting']:<9}{r['method']:<17}{r['target']:<7}{r['n']:>5} "
-            f"{r['quantity']:<14}{r['coverage']:>6.3f}±{r['coverage_mcse']:.3f}"
+            f"{r['quantity']:<14}{format_coverage(r):>27}"
             f"{fmt(paper_cov, '>7.3f')} {r['mean_length']:>8.4f} {fmt(paper_len, '>7.3f')}"
             f" {r['mse']:>9.2e} {r['z_mean']:>+7.3f} {r['z_sd']:>6.3f}",
             file=stream,
@@ -786,7 +787,7 @@ def _print_ensemble(rows, diagnostics, stream) -> None:
         print(
             f"  ours, n = {r['n']}: z mean {r['z_mean']:+.3f} ± {r['z_mean_mcse']:.3f} "
             f"(N(0,1): 0), z sd {r['z_sd']:.3f} ± {r['z_sd_mcse']:.3f} (N(0,1): 1), "
-            f"coverage {r['coverage']:.3f} ± {r['coverage_mcse']:.3f} (nominal 0.95)",
+            f"coverage {format_coverage(r)} (nominal 0.95)",
             file=stream,
         )
     errors = ", ".join(f"{e:.3f}" for e in diagnostics["initial_error_mean"])
@@ -810,14 +811,14 @@ def _print_uniform(rows, stream) -> None:
     )
     head = (
         f"{'setting':<8}{'target':<7}{'quantity':<15}{'fixed at N':>11}"
-        f"{'fixed, all n':>16}{'sequence, all n':>19}"
+        f"{'fixed, all n':>21}{'sequence, all n':>21}"
     )
     print(head, file=stream)
     print("-" * len(head), file=stream)
     for r in rows:
         print(
             f"{r['setting']:<8}{r['target']:<7}{r['quantity']:<15}{r['fixed_at_N']:>11.3f}"
-            f"{r['uniform_fixed']:>9.3f} ±{r['uniform_fixed_mcse']:.3f}"
-            f"{r['uniform_sequence']:>12.3f} ±{r['uniform_sequence_mcse']:.3f}",
+            f"{format_coverage(r, 'uniform_fixed'):>21}"
+            f"{format_coverage(r, 'uniform_sequence'):>21}",
             file=stream,
         )

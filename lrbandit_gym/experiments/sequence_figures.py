@@ -13,7 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from lrbandit_gym.experiments.figures import check_png_path, figure_class, panel_figure
+from lrbandit_gym.experiments.figures import (
+    check_png_path,
+    coverage_error_bars,
+    figure_class,
+    panel_figure,
+)
 from lrbandit_gym.experiments.studies import summarize_uniform
 
 __all__ = ["sequence_figure", "uniform_figure", "uniform_figures"]
@@ -92,8 +97,8 @@ def uniform_figure(
     result: Mapping, path: str | Path, *, confidence_level: float = 0.95, title: str | None = None
 ) -> Path:
     """Time-uniform coverage of the fixed-n intervals and of the confidence sequences, one
-    pair of bars per quantity with ±1.96 Monte Carlo error bars, the nominal level as a line
-    and its Monte Carlo band shaded."""
+    pair of bars per quantity with 95% Wilson error bars (inside [0, 1]), the nominal level
+    as a line and its Monte Carlo band shaded."""
     _check_uniform(result)
     path = check_png_path(path)
     rows = summarize_uniform(result, confidence_level)
@@ -106,11 +111,12 @@ def uniform_figure(
         (0.2, "uniform_sequence", "confidence sequences"),
     ):
         y = np.array([r[key] for r in rows])
-        err = 1.96 * np.array([r[key + "_mcse"] for r in rows])
+        err = coverage_error_bars(rows, key)
         ax.bar(x + shift, y, width=0.38, yerr=err, capsize=3, label=name)
     n_trials = result["uniform:fixed:covered"].shape[-1]
     half = 1.96 * np.sqrt(confidence_level * (1 - confidence_level) / n_trials)
-    ax.axhspan(confidence_level - half, confidence_level + half, color="grey", alpha=0.2)
+    band = (max(confidence_level - half, 0.0), min(confidence_level + half, 1.0))
+    ax.axhspan(*band, color="grey", alpha=0.2)
     ax.axhline(confidence_level, color="k", lw=0.8, label=f"nominal {confidence_level:g}")
     ax.set_xticks(x, labels, fontsize=7)
     ax.set_xlim(-0.7, len(rows) - 0.3)

@@ -29,7 +29,9 @@ __all__ = [
     "process_map",
     "run_chunk",
     "run_study",
+    "coverage_interval",
     "coverage_stats",
+    "format_coverage",
     "summarize_parameters",
     "summarize_value",
     "summarize_uniform",
@@ -514,6 +516,43 @@ def process_map(jobs: int):
     return map_fn
 
 
+#: Level of the Monte Carlo interval reported beside every coverage (:func:`coverage_interval`).
+MC_LEVEL = 0.95
+
+
+def coverage_interval(covered, trials, level: float = MC_LEVEL) -> tuple[float, float]:
+    """The Wilson score interval of a coverage: ``covered`` of ``trials`` intervals held.
+
+    The normal-approximation error ``sqrt(c (1 − c)/N)`` collapses to zero at ``c = 0`` or
+    ``1`` (20 trials that all cover would read ``1.000 ± 0.000``) and its bars pass 1 near
+    the edges; the Wilson interval inverts the score test instead, so it stays inside
+    ``[0, 1]`` and keeps a width at the edges (20 of 20: ``[0.839, 1]`` at 95%).  It is the
+    interval of ``scipy.stats.binomtest(covered, trials).proportion_ci(method="wilson")``.
+    ``(nan, nan)`` without trials.
+    """
+    n = float(trials)
+    if not n > 0:
+        return math.nan, math.nan
+    p = float(covered) / n
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def format_coverage(row: dict, key: str = "coverage", digits: int = 3) -> str:
+    """``"0.950 [0.93, 0.96]"``: a coverage and its Wilson interval (``{key}_low`` and
+    ``{key}_high`` of ``row``), or ``"n/a"`` for a coverage that is not finite."""
+    value = row[key]
+    if not math.isfinite(value):
+        return "n/a"
+    low, high = row.get(f"{key}_low", math.nan), row.get(f"{key}_high", math.nan)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"{value:.{digits}f}"
+    inner = max(2, digits - 1)
+    return f"{value:.{digits}f} [{low:.{inner}f}, {high:.{inner}f}]"
+
+
 def coverage_stats(
     estimate: np.ndarray, standard_error: np.ndarray, low: np.ndarray, high: np.ndarray, truth
 ) -> dict[str, float]:
@@ -521,7 +560,9 @@ def coverage_stats(
 
     Trials whose interval is not finite (too little data) are left out and counted apart.
     ``coverage`` is the fraction of intervals ``[low, high]`` that contain ``truth``, with
-    its Monte Carlo standard error ``sqrt(c (1 − c)/N)``; ``z = (estimate − truth)/se`` has
+    its 95% Wilson interval ``coverage_low``/``coverage_high`` (:func:`coverage_interval`,
+    what tables and figures show) and the normal-approximation standard error
+    ``coverage_mcse = sqrt(c (1 − c)/N)`` (kept for the files); ``z = (estimate − truth)/se`` has
     mean (s.e. ``sd/√N``) and standard deviation (s.e. ``sd/√(2(N − 1))``, exact for normal
     z); ``mean_length`` is the mean of ``high − low`` and ``mse`` that of
     ``(estimate − truth)²``.  The paper studies' tables and ``lrbandit validate`` use it.
@@ -535,6 +576,8 @@ def coverage_stats(
         "no_interval": int(ok.size - n),
         "coverage": math.nan,
         "coverage_mcse": math.nan,
+        "coverage_low": math.nan,
+        "coverage_high": math.nan,
         "z_mean": math.nan,
         "z_mean_mcse": math.nan,
         "z_sd": math.nan,
@@ -547,9 +590,12 @@ def coverage_stats(
     covered = (lo[ok] <= truth) & (truth <= hi[ok])
     c = float(covered.mean())
     z = (est[ok] - truth) / se[ok]
+    low_c, high_c = coverage_interval(int(covered.sum()), n)
     out.update(
         coverage=c,
         coverage_mcse=math.sqrt(c * (1 - c) / n),
+        coverage_low=low_c,
+        coverage_high=high_c,
         z_mean=float(z.mean()),
         mean_length=float(np.mean(hi[ok] - lo[ok])),
         mse=float(np.mean((est[ok] - truth) ** 2)),
@@ -622,7 +668,8 @@ def summarize_uniform(result: dict, confidence_level: float = 0.95) -> list[dict
     Columns: ``n0``/``N`` (the rounds checked, every round from ``n0`` to ``N``),
     ``tuning_n``, the fixed-n coverage at ``N`` (``fixed_at_N``), the time-uniform coverage
     of the fixed-n intervals (``uniform_fixed``) and of the confidence sequences
-    (``uniform_sequence``), each with its Monte Carlo s.e., and the sequence's width
+    (``uniform_sequence``), each with its Monte Carlo s.e. and Wilson interval (``_low``,
+    ``_high``), and the sequence's width
     relative to the fixed-n interval at ``N`` (``width_ratio``).  Empty when the study ran
     without ``uniform_from``.
     """
@@ -648,6 +695,8 @@ def summarize_uniform(result: dict, confidence_level: float = 0.95) -> list[dict
             p = float(np.mean(cov))
             out[label] = p
             out[label + "_mcse"] = float(np.sqrt(p * (1 - p) / cov.size))
+            interval = coverage_interval(int(np.sum(cov)), cov.size)
+            out[label + "_low"], out[label + "_high"] = interval
         return out
 
     rows = []

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from lrbandit_gym.experiments.studies import format_coverage
+
 __all__ = [
     "FAMILY_LEVEL",
     "Quantity",
@@ -75,6 +77,11 @@ def verdict(
       detect (at 200 trials and 20 cells about 0.05; it shrinks as ``1/√N``);
     * ``NO RESULT``: no cell has an interval.
 
+    The band is the acceptance region of the score test of ``c = L``, so a cell is outside it
+    exactly when ``L`` is outside the cell's Wilson interval at the Bonferroni level: the
+    rule behaves at coverages of 0 and 1, where ``sqrt(ĉ (1 − ĉ)/N)`` would be 0.  The
+    coverage quoted in the line carries its 95% Wilson interval.
+
     ``band`` is the half-width ``z s`` for the cells' median ``N`` (NaN without cells).
     """
     cells = _cells(rows)
@@ -95,7 +102,7 @@ def verdict(
     )
 
     def where(r):
-        return f"{r['quantity']} at n = {r['n']}: {r['coverage']:.3f}"
+        return f"{r['quantity']} at n = {r['n']}: {format_coverage(r)}"
 
     if low:
         worst = min(low, key=lambda r: r["coverage"])
@@ -112,10 +119,10 @@ def verdict(
         )
         return "OVER-COVERS", line, band
     lowest = min(cells, key=lambda r: r["coverage"])
-    line = (
-        f"VALID: all {m} coverage cells within {level:g} ± {band:.3f}, {rule}; "
-        f"lowest {where(lowest)}"
-    )
+    within = f"{level:g} ± {band:.3f}"
+    if level + band >= 1:  # the band's top is past 1: no coverage can be shown too high
+        within = f"[{level - band:.3f}, 1] (too few trials to detect over-coverage)"
+    line = f"VALID: all {m} coverage cells within {within}, {rule}; lowest {where(lowest)}"
     return "VALID", line, band
 
 
@@ -155,6 +162,8 @@ _COLUMNS = (
     "truth",
     "trials",
     "coverage",
+    "coverage_low",
+    "coverage_high",
     "coverage_mcse",
     "z_mean",
     "z_mean_mcse",
@@ -281,8 +290,10 @@ class ValidationResult:
         return "\n".join(lines)
 
     def to_markdown(self) -> str:
-        """The coverage table in markdown: coverage, z mean and z s.d. each ± Monte Carlo
-        s.e.; a trailing ``<`` or ``>`` marks a cell below or above the verdict's band."""
+        """The coverage table in markdown: coverage with its 95% Wilson interval (which keeps
+        a width at 0 and 1, :func:`~lrbandit_gym.experiments.studies.coverage_interval`), z
+        mean and z s.d. ± Monte Carlo s.e.; a trailing ``<`` or ``>`` marks a cell below or
+        above the verdict's band."""
         head = "| n | quantity | truth | coverage | z mean | z s.d. | mean length |"
         lines = [head, "|---|---|---|---|---|---|---|"]
         for r in self.rows:
@@ -290,7 +301,7 @@ class ValidationResult:
             na = f" ({r['no_interval']} n/a)" if r["no_interval"] else ""
             lines.append(
                 f"| {r['n']} | {r['quantity']} | {r['truth']:.4g} | "
-                f"{_pm(r['coverage'], r['coverage_mcse'], 3)}{mark}{na} | "
+                f"{format_coverage(r)}{mark}{na} | "
                 f"{_pm(r['z_mean'], r['z_mean_mcse'], 2)} | "
                 f"{_pm(r['z_sd'], r['z_sd_mcse'], 2)} | {r['mean_length']:.3g} |"
             )
@@ -311,8 +322,8 @@ class ValidationResult:
         ]
         for r in self.uniform_rows:
             lines.append(
-                f"| {r['quantity']} | {_pm(r['uniform_fixed'], r['uniform_fixed_mcse'], 3)} | "
-                f"{_pm(r['uniform_sequence'], r['uniform_sequence_mcse'], 3)} |"
+                f"| {r['quantity']} | {format_coverage(r, 'uniform_fixed')} | "
+                f"{format_coverage(r, 'uniform_sequence')} |"
             )
         return "\n".join(lines)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from lrbandit_gym.experiments.studies import coverage_interval
 from lrbandit_gym.experiments.validate import Reader
 
 __all__ = ["UniformReader", "uniform_verdict"]
@@ -73,6 +74,8 @@ class UniformReader(Reader):
                 p = float(np.mean(c))
                 row[f"uniform_{kind}"] = p
                 row[f"uniform_{kind}_mcse"] = math.sqrt(p * (1 - p) / c.size)
+                interval = coverage_interval(int(np.sum(c)), c.size)
+                row[f"uniform_{kind}_low"], row[f"uniform_{kind}_high"] = interval
                 row["trials"] = int(c.size)
             rows.append(row)
         return rows

@@ -4,9 +4,17 @@ It resolves each step's propensities (from the :class:`~lrbandit_gym.Decision` o
 ``propensity_fn``), checks the action and the context before the inner step, runs the
 wrapper's own :class:`~agents.LowRankSGD` when it has no agent's estimator to share
 (warm-started on the first rounds it sees, weighted by ``1/π``), and steps a stack of
-inference wrappers all or nothing: every layer prepares its update, the outermost commits
-them together, and a failure after the inner step returns the base environment to its state
-before the step.  The public wrappers are in :mod:`inference.wrappers`.
+inference wrappers all or nothing.  Every check that does not need the reward runs before
+the inner step (the action, the propensities, the context's finiteness and, for completion
+contexts, that it is exactly one-hot); then every layer prepares its update, the outermost
+commits them together, and a failure after the inner step (a reward it cannot absorb, the
+own estimator's fit or step failing) returns the base environment, and the Gymnasium
+wrappers between that counted the step, to their state before it (:mod:`inference._stack`:
+``TimeLimit``, ``RecordEpisodeStatistics`` and any wrapper with ``checkpoint()`` and
+``restore()``; other wrappers that override ``step`` keep what they saw and belong above).
+Wrappers that change rewards, observations or actions are refused below an inference
+wrapper at construction: it would estimate from the changed data.  The public wrappers are
+in :mod:`inference.wrappers`.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from agents.warm_start import (
     warm_start_buffer_bytes,
 )
 from agents.warm_start_check import check_buffer
+from inference._stack import layers_below, transforms_data, undo_for
 from inference.results import (
     InsufficientDataWarning,
     format_table,
@@ -150,6 +159,12 @@ class InferenceWrapperBase:
         self._checked = None  # this step's validated action and context (see _resolve)
         self._handoff = None  # the same, handed down by the inference wrapper above
         self._pending = None  # the chain's prepared updates, from the wrapper above
+        # Below this wrapper: the nearest inference wrapper (which a step hands its checked
+        # round and the chain's prepared updates), and how to undo the wrappers that count a
+        # step when a round is refused after the inner step (inference._stack).
+        layers = list(layers_below(env))
+        self._inner = next((w for w in layers if isinstance(w, InferenceWrapperBase)), None)
+        self._undo = tuple(u for u in map(undo_for, layers) if u is not None)
         self.rounds_seen = 0
         self.rounds_skipped = 0
 
@@ -202,6 +217,19 @@ class InferenceWrapperBase:
                     f"{type(layer).__name__}: it would estimate the transformed reward, not "
                     "<M_a, X>; wrap the bandit with the inference wrappers first and add "
                     f"{type(layer).__name__} on top"
+                )
+            if transforms_data(layer):
+                raise ValueError(
+                    f"{cls.__name__} must sit below wrappers that change observations or "
+                    f"actions, not above {type(layer).__name__}: it would pair the changed "
+                    "context or action with the bandit's reward and estimate the wrong "
+                    "<M_a, T>; wrap the bandit with the inference wrappers first and add it "
+                    f"on top (or give {cls.__name__} env.unwrapped)"
+                    + (
+                        "; for flat observations make the bandit with flatten=True"
+                        if "Flatten" in type(layer).__name__
+                        else ""
+                    )
                 )
             layer = getattr(layer, "env", None)
 
@@ -301,12 +329,33 @@ class InferenceWrapperBase:
             if np.isfinite(fp).all():
                 if self._shape.context == "completion":
                     ctx = one_hot_contexts(xb)
-                    if ctx is not None:  # its fingerprint is the dense one's
-                        self._x = ctx
+                    if ctx is None:
+                        self._refuse_not_one_hot(xb)
+                    self._x = ctx  # its fingerprint is the dense one's
                 return fp
         if not np.isfinite(self._x).all():
             raise ValueError("the context the environment returned is not finite (NaN or inf)")
+        if self._shape.context == "completion" and one_hot_contexts(self._batched(self._x)) is None:
+            self._refuse_not_one_hot(self._batched(self._x))
         return fp  # finite entries (their fingerprint overflowed), or not a LowRankSGD
+
+    def _refuse_not_one_hot(self, xb) -> None:
+        """Refuse a dense completion context that is not exactly ``e_j e_kᵀ`` (one entry,
+        equal to 1), before the step: the warm start, the SGD step and the cores read it as
+        its index, so a scaled or spread context would be absorbed wrongly or fail midway."""
+        flat = np.asarray(xb).reshape(len(xb), -1)
+        nonzero = flat != 0
+        one_hot = (nonzero.sum(axis=1) == 1) & (flat.sum(axis=1, where=nonzero) == 1)
+        trial = int(np.argmax(~one_hot))
+        values = flat[trial][nonzero[trial]]
+        where = "" if self.n_trials is None else f" (trial {trial})"
+        raise ValueError(
+            f"the context the environment returned{where} is not a one-hot completion "
+            f"context e_j e_kᵀ (exactly one non-zero entry, equal to 1): it has {values.size} "
+            f"non-zero entries, {values[:3].tolist()!r}{'…' if values.size > 3 else ''}; "
+            "an observation wrapper below the inference wrappers, or an environment that is "
+            "not MatrixContextBandit-v0's completion law, gives such contexts"
+        )
 
     @staticmethod
     def _check_reward(reward, b):
@@ -398,7 +447,9 @@ class InferenceWrapperBase:
             pending = []
             base = self.unwrapped
             checkpoint = base.checkpoint() if hasattr(base, "checkpoint") else None
-        inner = self.env if isinstance(self.env, InferenceWrapperBase) else None
+            undo = self._undo
+            saved = [u.save() for u in undo] if undo else None
+        inner = self._inner
         if inner is not None:
             inner._handoff, inner._pending = self._checked, pending
         try:
@@ -413,6 +464,9 @@ class InferenceWrapperBase:
             if outermost:
                 for _, abort in reversed(pending):
                     abort()
+                if saved is not None:
+                    for u, state in zip(undo, saved, strict=True):
+                        u.restore(state)
                 if checkpoint is not None:
                     base.restore(checkpoint)
             raise

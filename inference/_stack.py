@@ -1,0 +1,168 @@
+"""What an inference wrapper needs to know about the Gymnasium wrappers below it.
+
+An inference wrapper reads the context the environment returned and passes the action
+inward unchanged, so everything between it and the bandit must pass both through unchanged:
+:func:`transforms_data` recognises the wrappers that do not (observation and action
+wrappers, single and vector), which the inference wrappers refuse at construction.
+
+A round that an inference wrapper refuses after the inner step (a non-finite reward, its own
+estimator's fit or step failing) is undone: the bandit returns to its checkpoint, and so must
+every wrapper in between that counted the step.  :func:`undo_for` gives, once at
+construction, how to save and restore one such wrapper around each step: Gymnasium's
+``TimeLimit`` (its step count) and ``RecordEpisodeStatistics`` (its running return and
+length, its episode count and the episode it recorded), and any wrapper that offers the
+bandit's own protocol, ``checkpoint()`` and ``restore(checkpoint)`` methods.  Wrappers that
+do not override ``step``, and Gymnasium's ``OrderEnforcing`` and ``PassiveEnvChecker``
+(their state changes on ``reset`` or only gates a first-step check), need nothing.  Any other
+wrapper that overrides ``step`` keeps what it recorded of a refused round: restoring an
+unknown object's state is not possible in general, and refusing such wrappers would refuse
+legitimate ones (a step counter that wants to see every attempt); put it above the inference
+wrappers, or give it ``checkpoint()`` and ``restore()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.vector import VectorActionWrapper, VectorObservationWrapper
+
+__all__ = ["StepUndo", "layers_below", "transforms_data", "undo_for"]
+
+# Gymnasium's wrappers (single and vector) that change observations or actions, by name, for
+# those that do not subclass the observation or action wrapper classes (and for other
+# libraries' wrappers of the same names).
+_DATA_WRAPPERS = frozenset(
+    {
+        "AddRenderObservation",
+        "AtariPreprocessing",
+        "ClipAction",
+        "DelayObservation",
+        "DiscretizeAction",
+        "DiscretizeObservation",
+        "DtypeObservation",
+        "FilterObservation",
+        "FlattenObservation",
+        "FrameStackObservation",
+        "GrayscaleObservation",
+        "MaxAndSkipObservation",
+        "NormalizeObservation",
+        "RepeatAction",
+        "RescaleAction",
+        "RescaleObservation",
+        "ReshapeObservation",
+        "ResizeObservation",
+        "StickyAction",
+        "TimeAwareObservation",
+        "TransformAction",
+        "TransformObservation",
+        "VectorizeTransformAction",
+        "VectorizeTransformObservation",
+    }
+)
+
+_DATA_CLASSES = (
+    gym.ObservationWrapper,
+    gym.ActionWrapper,
+    VectorObservationWrapper,
+    VectorActionWrapper,
+)
+
+
+def layers_below(env) -> Iterator[Any]:
+    """The wrappers from ``env`` down to the bandit (``env.unwrapped``), excluded."""
+    base = env.unwrapped
+    layer = env
+    while layer is not None and layer is not base:
+        yield layer
+        layer = getattr(layer, "env", None)
+
+
+def transforms_data(wrapper) -> bool:
+    """Whether ``wrapper`` changes the observations or the actions it passes on: a subclass
+    of Gymnasium's observation or action wrappers (single or vector), or a class of one of
+    Gymnasium's names for such wrappers anywhere in its MRO."""
+    if isinstance(wrapper, _DATA_CLASSES):
+        return True
+    return any(cls.__name__ in _DATA_WRAPPERS for cls in type(wrapper).__mro__)
+
+
+class StepUndo:
+    """Saves one wrapper's state before a step (:meth:`save`) and puts it back
+    (:meth:`restore`) when the round is refused after the inner step."""
+
+    __slots__ = ("layer",)
+
+    def __init__(self, layer) -> None:
+        self.layer = layer
+
+    def save(self) -> Any:
+        return self.layer.checkpoint()
+
+    def restore(self, saved: Any) -> None:
+        self.layer.restore(saved)
+
+
+class _TimeLimitUndo(StepUndo):
+    """Gymnasium's ``TimeLimit``: its count of the episode's steps.  Gymnasium offers no
+    public accessor for it, so this is the one place that reads ``_elapsed_steps``;
+    :func:`undo_for` checks that it exists before the wrapper is used."""
+
+    __slots__ = ()
+
+    def save(self) -> int:
+        return self.layer._elapsed_steps
+
+    def restore(self, saved: int) -> None:
+        self.layer._elapsed_steps = saved
+
+
+class _EpisodeStatisticsUndo(StepUndo):
+    """Gymnasium's single-env ``RecordEpisodeStatistics``: the running return and length,
+    and, when the step ended an episode, the episode it recorded in its queues (and the
+    oldest entry a full queue dropped for it)."""
+
+    __slots__ = ()
+
+    def save(self) -> tuple:
+        s = self.layer
+        queues = (s.time_queue, s.return_queue, s.length_queue)
+        dropped = tuple(q[0] if q and len(q) == q.maxlen else None for q in queues)
+        return s.episode_returns, s.episode_lengths, s.episode_count, s.episode_start_time, dropped
+
+    def restore(self, saved: tuple) -> None:
+        s = self.layer
+        returns, lengths, count, start, dropped = saved
+        if s.episode_count != count:  # the refused round ended an episode: forget it
+            for q, old in zip((s.time_queue, s.return_queue, s.length_queue), dropped, strict=True):
+                q.pop()
+                if old is not None:
+                    q.appendleft(old)
+        s.episode_returns, s.episode_lengths = returns, lengths
+        s.episode_count, s.episode_start_time = count, start
+
+
+def undo_for(layer) -> StepUndo | None:
+    """How to undo ``layer``'s share of a refused step, or None when it needs nothing or
+    cannot be undone (see the module docstring).
+
+    Raises
+    ------
+    ValueError
+        For a ``TimeLimit`` without the step count this Gymnasium version should have.
+    """
+    if isinstance(layer, gym.wrappers.TimeLimit):
+        if not hasattr(layer, "_elapsed_steps"):
+            raise ValueError(
+                f"cannot undo a refused round in this Gymnasium's TimeLimit (gymnasium "
+                f"{gym.__version__}): make the bandit with max_episode_steps=None and put "
+                "gymnasium.wrappers.TimeLimit above the inference wrappers"
+            )
+        return _TimeLimitUndo(layer)
+    if isinstance(layer, gym.wrappers.RecordEpisodeStatistics):
+        return _EpisodeStatisticsUndo(layer)
+    cls = type(layer)  # the layer's own protocol, not one forwarded from below
+    if callable(getattr(cls, "checkpoint", None)) and callable(getattr(cls, "restore", None)):
+        return StepUndo(layer)
+    return None

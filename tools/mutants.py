@@ -1,0 +1,278 @@
+"""Seeded bugs ("mutants") that the fast tests must catch, applied one at a time.
+
+Usage (from the repository root; about 2 minutes on 2 cores)::
+
+    python tools/mutants.py                 # every mutant, then the table
+    python tools/mutants.py --list          # the mutants and the files they change
+    python tools/mutants.py one_sided_factor_2 wrong_v_star   # just these
+    python tools/mutants.py --exclude tests/test_mutants.py   # what survives without it
+
+The working tree (committed or not, without ``.git``) is copied once to a temporary folder.
+The tests are run there first unchanged, and must pass.  Then each mutant replaces one
+exact piece of source text, the fast tests that concern it run
+(``pytest -x -q -m "not slow"``) with the copy first on ``PYTHONPATH``, and the file is put
+back.  The table printed at the end says, for each mutant, whether a test failed and which
+one first.  A mutant whose text no longer occurs exactly once is reported as ``stale``: the
+source changed under it, and its ``old`` text needs updating here.  The exit status is 0
+when every mutant is caught, 1 otherwise (2 on a failing baseline).
+
+See docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Seconds one pytest run may take before the mutant counts as not caught (a hang).
+TIMEOUT = 600
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One seeded bug: in ``path``, the text ``old`` (which must occur exactly once) becomes
+    ``new``; ``tests`` are the test files run against it, ``env`` extra environment."""
+
+    name: str
+    what: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "value_uniform_propensities",
+        "the value wrapper feeds the V* core uniform propensities instead of the policy's",
+        "inference/wrappers.py",
+        "self.core.update_validated(predictions, actions, rewards, props)",
+        "self.core.update_validated(\n"
+        "            predictions, actions, rewards, np.full_like(props, 1.0 / props.shape[-1])\n"
+        "        )",
+        ("tests/test_mutants.py", "tests/test_wrappers.py", "tests/test_optimal_value.py"),
+    ),
+    Mutant(
+        "own_warm_start_unweighted",
+        "the wrappers' own warm start ignores the 1/pi weights",
+        "inference/watcher.py",
+        "weights = 1.0 / props[np.arange(props.shape[0]), actions]",
+        "weights = np.ones(props.shape[0])",
+        ("tests/test_mutants.py", "tests/test_wrappers.py", "tests/test_warm_start.py"),
+    ),
+    Mutant(
+        "forced_round_reports_inner_pmf",
+        "forced-exploration rounds report the wrapped policy's pmf instead of the forced one",
+        "agents/forced_exploration.py",
+        "        action[rows] = forced[rows]\n"
+        "        probs[rows] = 0.0\n"
+        "        probs[rows, forced[rows]] = 1.0\n",
+        "        action[rows] = forced[rows]\n",
+        ("tests/test_mutants.py", "tests/test_policies.py"),
+    ),
+    Mutant(
+        "one_sided_factor_2",
+        "the one-sided confidence sequence drops the factor 2 of its mixture",
+        "inference/sequences.py",
+        "out = out + np.log(2.0) + log_ndtr(",
+        "out = out + log_ndtr(",
+        ("tests/test_mutants.py", "tests/test_sequences.py"),
+    ),
+    Mutant(
+        "no_ipw",
+        "no 1/pi in the debiasing of <M_a, T>",
+        "inference/linear_form.py",
+        "weight = 1.0 / propensities[np.arange(self._B), action]",
+        "weight = np.ones(self._B)",
+        ("tests/test_linear_form.py", "tests/test_wrappers.py"),
+    ),
+    Mutant(
+        "standard_error_x0.8",
+        "the fixed-n intervals use 0.8 times the standard error",
+        "inference/results.py",
+        "low, high = est - z * se, est + z * se",
+        "low, high = est - z * 0.8 * se, est + z * 0.8 * se",
+        ("tests/test_linear_form.py", "tests/test_optimal_value.py"),
+    ),
+    Mutant(
+        "sequence_width_halved",
+        "the two-sided confidence sequence is half as wide",
+        "inference/sequences.py",
+        "half = se * np.sqrt(n) * sequence_factor(n, alpha, tuning_n)",
+        "half = 0.5 * se * np.sqrt(n) * sequence_factor(n, alpha, tuning_n)",
+        ("tests/test_sequences.py",),
+    ),
+    Mutant(
+        "eps_greedy_pmf",
+        "epsilon-greedy reports the pmf of epsilon/2 (a valid pmf, not the one it plays)",
+        "agents/low_rank.py",
+        "return (1.0 - eps) * greedy + eps / self.n_actions",
+        "return (1.0 - eps / 2) * greedy + eps / (2 * self.n_actions)",
+        ("tests/test_policies.py",),
+    ),
+    Mutant(
+        "no_renormalisation",
+        "the SGD step keeps the stepped factors unbalanced (no renormalisation, numpy engine)",
+        "agents/estimator.py",
+        "U_new, V_new, sv_new = balance(U + step * XV, V + step * XtU)",
+        "U_new, V_new = U + step * XV, V + step * XtU\n"
+        "                    sv_new = balance(U_new, V_new)[2]",
+        ("tests/test_estimator.py",),
+        {"LRBANDIT_ENGINE": "numpy"},
+    ),
+    Mutant(
+        "wrong_v_star",
+        "the environment's exact V* for two arms divides by sqrt(pi), not sqrt(2 pi)",
+        "lrbandit_gym/truth.py",
+        "np.linalg.norm(flat[1] - flat[0]) / math.sqrt(2 * math.pi)",
+        "np.linalg.norm(flat[1] - flat[0]) / math.sqrt(math.pi)",
+        ("tests/test_env.py", "tests/test_optimal_value.py"),
+    ),
+    Mutant(
+        "off_by_one_hand_off",
+        "the wrapper's own warm start hands off to inference one round early",
+        "inference/watcher.py",
+        "if buffer.n + 1 < buffer.length:",
+        "if buffer.n + 2 < buffer.length:",
+        ("tests/test_wrappers.py", "tests/test_mutants.py"),
+    ),
+)
+
+_IGNORE = shutil.ignore_patterns(
+    ".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".benchmarks", "*.egg-info", ".venv"
+)
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
+
+
+def _pytest(copy: Path, tests: tuple[str, ...], env: dict[str, str]) -> tuple[str, str, float]:
+    """Run the fast tests in ``copy``: ``(outcome, first failing test or note, seconds)``."""
+    run_env = dict(os.environ, **env)
+    run_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(copy), run_env.get("PYTHONPATH")]))
+    run_env["PYTHONDONTWRITEBYTECODE"] = "1"  # every run compiles the sources it sees
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-rfE"]
+    command += ["-p", "no:cacheprovider", "-W", "ignore", *tests]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            command, cwd=copy, env=run_env, capture_output=True, text=True, timeout=TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        return "timeout", f"no result within {TIMEOUT} s", time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    if proc.returncode == 0:
+        return "passed", "", seconds
+    failed = _FAILED.search(proc.stdout)
+    if proc.returncode == 1 and failed:
+        return "failed", failed.group(1), seconds
+    tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+    return "error", f"pytest exit {proc.returncode}: {' | '.join(tail)}", seconds
+
+
+def _check_copy_is_imported(copy: Path) -> None:
+    """The copy's packages, not the installed ones, must be what the tests import."""
+    code = "import agents, inference, lrbandit_gym; print(inference.__file__, agents.__file__)"
+    env = dict(os.environ, PYTHONPATH=str(copy))
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=copy, env=env, capture_output=True, text=True
+    )
+    if out.returncode != 0 or any(
+        not Path(p).resolve().is_relative_to(copy.resolve()) for p in out.stdout.split()
+    ):
+        raise SystemExit(f"the copy in {copy} is not what Python imports: {out.stdout}{out.stderr}")
+
+
+def run(mutants: tuple[Mutant, ...], keep: bool = False) -> list[tuple[Mutant, str, str, float]]:
+    """Apply each mutant to a copy of the working tree and run its tests; the rows of the
+    table: ``(mutant, outcome, first failing test or note, seconds)``."""
+    tmp = Path(tempfile.mkdtemp(prefix="lrbandit-mutants-"))
+    copy = tmp / "repo"
+    shutil.copytree(ROOT, copy, ignore=_IGNORE)
+    try:
+        _check_copy_is_imported(copy)
+        files = tuple(sorted({t for m in mutants for t in m.tests}))
+        print(f"baseline: {' '.join(files)} ...", flush=True)
+        outcome, note, seconds = _pytest(copy, files, {})
+        if outcome != "passed":
+            print(f"the unmutated tests do not pass ({outcome}: {note}); nothing to compare")
+            raise SystemExit(2)
+        print(f"baseline passed in {seconds:.0f} s", flush=True)
+        rows = []
+        for m in mutants:
+            target = copy / m.path
+            original = target.read_text(encoding="utf-8")
+            count = original.count(m.old)
+            if count != 1:
+                rows.append((m, "stale", f"text found {count} times in {m.path}", 0.0))
+                print(f"{m.name}: stale", flush=True)
+                continue
+            target.write_text(original.replace(m.old, m.new), encoding="utf-8")
+            try:
+                outcome, note, seconds = _pytest(copy, m.tests, m.env)
+            finally:
+                target.write_text(original, encoding="utf-8")
+            rows.append((m, outcome, note, seconds))
+            print(f"{m.name}: {outcome} {note} ({seconds:.0f} s)", flush=True)
+        return rows
+    finally:
+        if keep:
+            print(f"copy kept in {copy}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def table(rows) -> str:
+    """The Markdown table: mutant | caught? | by which test."""
+    lines = ["| mutant | what it breaks | caught? | by which test (first to fail) | s |"]
+    lines.append("|---|---|---|---|---|")
+    for m, outcome, note, seconds in rows:
+        caught = {"failed": "yes", "passed": "**NO**"}.get(outcome, outcome)
+        test = f"`{note}`" if outcome == "failed" else note
+        lines.append(f"| {m.name} | {m.what} | {caught} | {test} | {seconds:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="run only these mutants (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="leave this test file out of every run (e.g. to see what survives without it)",
+    )
+    args = parser.parse_args(argv)
+    known = {m.name: m for m in MUTANTS}
+    if args.list:
+        for m in MUTANTS:
+            print(f"{m.name:32} {m.path:30} {m.what}")
+        return 0
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        parser.error(f"unknown mutant(s) {unknown}; known: {sorted(known)}")
+    chosen = tuple(known[n] for n in args.names) if args.names else MUTANTS
+    if args.exclude:
+        drop = {Path(f).as_posix() for f in args.exclude}
+        chosen = tuple(replace(m, tests=tuple(t for t in m.tests if t not in drop)) for m in chosen)
+        chosen = tuple(m for m in chosen if m.tests)
+    rows = run(chosen, keep=args.keep)
+    print()
+    print(table(rows))
+    return 0 if all(outcome == "failed" for _, outcome, _, _ in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

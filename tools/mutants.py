@@ -7,8 +7,9 @@ Usage (from the repository root; about 2 minutes on 2 cores)::
     python tools/mutants.py one_sided_factor_2 wrong_v_star   # just these
     python tools/mutants.py --exclude tests/test_mutants.py   # what survives without it
 
-The working tree (committed or not, without ``.git``) is copied once to a temporary folder.
-The tests are run there first unchanged, and must pass.  Then each mutant replaces one
+The last commit (``git archive HEAD``; with ``--working-tree``, the working tree as it is,
+uncommitted changes included) is copied once to a temporary folder.  The tests are run there
+first unchanged, and must pass.  Then each mutant replaces one
 exact piece of source text, the fast tests that concern it run
 (``pytest -x -q -m "not slow"``) with the copy first on ``PYTHONPATH``, and the file is put
 back.  The table printed at the end says, for each mutant, whether a test failed and which
@@ -192,12 +193,26 @@ def _check_copy_is_imported(copy: Path) -> None:
         raise SystemExit(f"the copy in {copy} is not what Python imports: {out.stdout}{out.stderr}")
 
 
-def run(mutants: tuple[Mutant, ...], keep: bool = False) -> list[tuple[Mutant, str, str, float]]:
-    """Apply each mutant to a copy of the working tree and run its tests; the rows of the
+def _copy(copy: Path, working_tree: bool) -> None:
+    """The last commit (or the working tree) of the repository, written to ``copy``."""
+    if working_tree:
+        shutil.copytree(ROOT, copy, ignore=_IGNORE)
+        return
+    copy.mkdir()
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", "HEAD"], cwd=ROOT, capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(copy)], input=archive.stdout, check=True)
+
+
+def run(
+    mutants: tuple[Mutant, ...], keep: bool = False, working_tree: bool = False
+) -> list[tuple[Mutant, str, str, float]]:
+    """Apply each mutant to a copy of the repository and run its tests; the rows of the
     table: ``(mutant, outcome, first failing test or note, seconds)``."""
     tmp = Path(tempfile.mkdtemp(prefix="lrbandit-mutants-"))
     copy = tmp / "repo"
-    shutil.copytree(ROOT, copy, ignore=_IGNORE)
+    _copy(copy, working_tree)
     try:
         _check_copy_is_imported(copy)
         files = tuple(sorted({t for m in mutants for t in m.tests}))
@@ -248,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
     parser.add_argument(
+        "--working-tree",
+        action="store_true",
+        help="copy the working tree, uncommitted changes included (default: the last commit)",
+    )
+    parser.add_argument(
         "--exclude",
         action="append",
         default=[],
@@ -268,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         drop = {Path(f).as_posix() for f in args.exclude}
         chosen = tuple(replace(m, tests=tuple(t for t in m.tests if t not in drop)) for m in chosen)
         chosen = tuple(m for m in chosen if m.tests)
-    rows = run(chosen, keep=args.keep)
+    rows = run(chosen, keep=args.keep, working_tree=args.working_tree)
     print()
     print(table(rows))
     return 0 if all(outcome == "failed" for _, outcome, _, _ in rows) else 1

@@ -4,7 +4,8 @@
 inference wrappers hold (estimate, low, high and standard error for every target and arm,
 and for ``V*``) with ``model.logger.record``, so they are written next to SB3's training
 curves by whatever outputs the logger has: stdout, CSV, or TensorBoard
-(``configure(folder, ["tensorboard"])``).  This script logs to CSV and prints the keys.
+(``configure(folder, ["tensorboard"])``, which needs ``pip install tensorboard``: the
+``sb3`` extra does not install it).  This script logs to CSV and prints the keys.
 
     python examples/sb3_logger.py            # 3000 rounds at d = 20
     python examples/sb3_logger.py --small    # 800 rounds at d = 8

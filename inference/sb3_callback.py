@@ -4,7 +4,9 @@
 asked), the intervals of the :class:`~inference.ParameterInference` and
 :class:`~inference.ValueInference` wrappers in the training environment and records them with
 ``self.logger.record``, so they are written by whatever output formats the model's logger has
-(stdout, CSV, TensorBoard) next to SB3's own training curves.  Keys, for each target ``T``
+(stdout, CSV, TensorBoard) next to SB3's own training curves.  The TensorBoard output
+(``configure(folder, ["tensorboard"])``) needs the ``tensorboard`` package, which the ``sb3``
+extra does not install: ``pip install tensorboard``.  Keys, for each target ``T``
 and arm ``a`` and for the optimal value::
 
     {prefix}/{T}/arm{a}/estimate   .../low   .../high   .../se

@@ -36,6 +36,12 @@ EXAMPLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "sb3_logger.py": (("--small",), ("stable_baselines3", "torch")),
 }
 
+#: What installs each module an example may need (the skip message says it).
+EXTRAS = {
+    "stable_baselines3": "the sb3 extra, pip install -e '.[sb3]'",
+    "torch": "the sb3 extra (README.md says how to get the CPU build of torch)",
+}
+
 _BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 
 
@@ -101,7 +107,7 @@ def test_example(name, tmp_path):
     )
     args, needs = EXAMPLES[name]
     for module in needs:
-        pytest.importorskip(module)
+        pytest.importorskip(module, reason=f"examples/{name} needs {module}: {EXTRAS[module]}")
     command = f"python examples/{name} {' '.join(args)}".strip()
     try:
         result = run_python([str(path), *args], tmp_path)

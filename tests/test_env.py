@@ -47,7 +47,13 @@ def test_gymnasium_env_checker(kwargs):
 
 
 def test_stable_baselines3_env_checker():
-    sb3_checker = pytest.importorskip("stable_baselines3.common.env_checker")
+    sb3_checker = pytest.importorskip(
+        "stable_baselines3.common.env_checker",
+        reason=(
+            "needs the sb3 extra (stable-baselines3 and torch): pip install -e '.[sb3]' "
+            "(README.md says how to get the CPU build of torch)"
+        ),
+    )
     env = gym.make("MatrixContextBandit-v0", d1=8, d2=6, rank=2, flatten=True, dtype=np.float32)
     _check_without_unexpected_warnings(sb3_checker.check_env, env.unwrapped)
 

@@ -10,8 +10,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-pytest.importorskip("stable_baselines3")
-torch = pytest.importorskip("torch")
+SKIP_REASON = (
+    "needs the sb3 extra (stable-baselines3 and torch): pip install -e '.[sb3]' "
+    "(README.md says how to get the CPU build of torch)"
+)
+pytest.importorskip("stable_baselines3", reason=SKIP_REASON)
+torch = pytest.importorskip("torch", reason=SKIP_REASON)
 
 from stable_baselines3 import A2C, DQN, PPO  # noqa: E402
 

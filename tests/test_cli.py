@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import platform
+import re
 import subprocess
 import sys
 
@@ -14,13 +15,28 @@ from lrbandit_gym.experiments.cli import main
 from lrbandit_gym.experiments.reproduce import reproduce
 from lrbandit_gym.experiments.studies import StudyConfig, run_study
 
+_DEMO_ROW = re.compile(
+    r"^(\S.*?)\s+(-?\d+\.\d+)\s+(-?\d+\.\d+)\s+(-?\d+\.\d+)\s+(-?\d+\.\d+)\s+(yes|NO)$", re.M
+)
+
 
 def test_demo_reports_every_interval_with_the_truth(capsys, tmp_path):
+    """Every quantity has a row whose "covered" agrees with its printed interval and truth,
+    and the closing count is the number of rows that say so."""
     assert main(["demo", "--rounds", "300", "--out", str(tmp_path), "--no-plot"]) == 0
     out = capsys.readouterr().out
-    for label in ("<M_0, T1>", "<M_1, T1>", "<M_1 - M_0, T2>", "V*", "covered"):
-        assert label in out
-    assert "intervals cover the truth" in out
+    rows = {m[0]: m[1:] for m in _DEMO_ROW.findall(out)}
+    labels = [f"<M_{a}, {t}>" for t in ("T1", "T2") for a in (0, 1)]
+    labels += ["<M_1 - M_0, T1>", "<M_1 - M_0, T2>", "V*"]
+    assert sorted(rows) == sorted(labels), out
+    for label, (truth, estimate, low, high, covered) in rows.items():
+        truth, estimate, low, high = map(float, (truth, estimate, low, high))
+        assert low <= estimate <= high and low < high, (label, out)
+        assert covered == ("yes" if low <= truth <= high else "NO"), (label, out)
+    count = re.search(r"^(\d+) of (\d+) intervals cover the truth", out, re.M)
+    assert count, out
+    assert int(count[2]) == len(rows) == 7
+    assert int(count[1]) == sum(r[-1] == "yes" for r in rows.values())
 
 
 def test_reproduce_writes_csv_json_with_configuration(tmp_path, capsys):
@@ -29,7 +45,9 @@ def test_reproduce_writes_csv_json_with_configuration(tmp_path, capsys):
     assert data["seed"] == 3 and data["versions"]["numpy"] == np.__version__
     assert {r["method"] for r in data["rows"]} == {"ours", "exploration_only"}
     assert {r["n"] for r in data["rows"]} == {40, 80}
-    assert (tmp_path / "table3.csv").read_text().startswith("study,setting,method")
+    stamp, header = (tmp_path / "table3.csv").read_text().splitlines()[:2]
+    assert stamp.startswith("# written by lrbandit-gym") and ", seed 3," in stamp
+    assert header.startswith("study,setting,method")
     timing = meta["timing"]["r=3"]
     before, after = timing["draw_baseline_before_after"]
     assert before > 0 and after > 0 and timing["draw_baseline_seconds"] == (before + after) / 2

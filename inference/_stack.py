@@ -127,18 +127,19 @@ class _EpisodeStatisticsUndo(StepUndo):
 
     def save(self) -> tuple:
         s = self.layer
-        queues = (s.time_queue, s.return_queue, s.length_queue)
-        dropped = tuple(q[0] if q and len(q) == q.maxlen else None for q in queues)
+        q = s.return_queue  # the three queues grow together
+        dropped = (s.time_queue[0], q[0], s.length_queue[0]) if q and len(q) == q.maxlen else None
         return s.episode_returns, s.episode_lengths, s.episode_count, s.episode_start_time, dropped
 
     def restore(self, saved: tuple) -> None:
         s = self.layer
         returns, lengths, count, start, dropped = saved
         if s.episode_count != count:  # the refused round ended an episode: forget it
-            for q, old in zip((s.time_queue, s.return_queue, s.length_queue), dropped, strict=True):
+            queues = (s.time_queue, s.return_queue, s.length_queue)
+            for i, q in enumerate(queues):
                 q.pop()
-                if old is not None:
-                    q.appendleft(old)
+                if dropped is not None:
+                    q.appendleft(dropped[i])
         s.episode_returns, s.episode_lengths = returns, lengths
         s.episode_count, s.episode_start_time = count, start
 

@@ -271,3 +271,34 @@ def test_an_inference_wrapper_between_gymnasium_wrappers_is_undone_too(monkeypat
     monkeypatch.undo()
     outer.step(Decision(1, UNIFORM))
     assert inner.rounds_seen == outer.rounds_seen == 11
+
+
+class _Counter(gym.Wrapper):
+    """A user's wrapper that counts steps and offers the bandit's checkpoint protocol."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, action):
+        out = self.env.step(action)
+        self.steps += 1
+        return out
+
+    def checkpoint(self):
+        return self.steps
+
+    def restore(self, checkpoint):
+        self.steps = checkpoint
+
+
+def test_a_wrapper_with_checkpoint_and_restore_is_undone(monkeypatch):
+    counter = _Counter(make_env())
+    params = build(ParameterInference, counter, warm_start=5)
+    params.reset(seed=0)
+    for t in range(8):
+        params.step(Decision(t % 2, UNIFORM))
+    monkeypatch.setattr(params.estimator, "propose_step", _raiser(FloatingPointError("x")))
+    with pytest.raises(FloatingPointError):
+        params.step(Decision(0, UNIFORM))
+    assert counter.steps == params.rounds_seen == 8

@@ -434,8 +434,10 @@ class InferenceWrapperBase:
         prepared (everything that can fail); only then is it committed, by the outermost
         inference wrapper for the whole chain below it.  If anything fails after the inner
         step, the prepared updates are dropped and the base environment is returned to its
-        state before the step (:meth:`MatrixContextBanditEnv.restore`), so every layer is as
-        it was and the step can be retried.
+        state before the step (:meth:`MatrixContextBanditEnv.restore`), as are the wrappers
+        between that counted the step (``self._undo``, from :func:`inference._stack.undo_for`),
+        so every layer is as it was and the step can be retried.  The chain reaches the
+        nearest inference wrapper below through such wrappers, so it commits with this one.
         """
         self._checked = None
         actions, props = self._resolve(action)

@@ -411,7 +411,7 @@ class OptimalValueInference:
             confidence_level``).
         """
         level = check_confidence_level(confidence_level)
-        if self.batched and np.ndim(v0) == 0 and not isinstance(v0, bool | np.bool_):
+        if self.batched and np.ndim(v0) == 0 and not isinstance(v0, bool | np.bool_ | str | bytes):
             try:  # one threshold for every trial
                 v0 = np.full(self._B, float(v0))
             except (TypeError, ValueError):

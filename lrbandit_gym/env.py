@@ -10,7 +10,12 @@ import numpy as np
 from gymnasium import spaces
 
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.problem import BanditProblem, GroundTruthMixin, observation_space
+from lrbandit_gym.problem import (
+    BanditProblem,
+    GroundTruthMixin,
+    check_flatten,
+    observation_space,
+)
 from lrbandit_gym.sampling import draw_contexts, draw_noise
 
 __all__ = ["MatrixContextBanditEnv", "check_action"]
@@ -136,7 +141,7 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
                 f"got {render_mode!r}"
             )
         self.render_mode = render_mode
-        self.flatten = bool(flatten)
+        self.flatten = check_flatten(flatten)
         p = self.problem
         self.observation_space = observation_space(p, self.flatten, observation)
         #: "matrix" or "index" (the observation form, see Observation Space).

@@ -15,7 +15,14 @@ from lrbandit_gym.sampling import CONTEXTS, NOISES
 from lrbandit_gym.truth import draw_low_rank_truth, optimal_value, validate_params
 from lrbandit_gym.validation import check_positive_int
 
-__all__ = ["OBSERVATIONS", "BanditProblem", "GroundTruthMixin", "observation_space"]
+__all__ = [
+    "OBSERVATIONS",
+    "BanditProblem",
+    "GroundTruthMixin",
+    "check_flatten",
+    "check_truth_seed",
+    "observation_space",
+]
 
 #: Forms of the observation: the context matrix, or (completion contexts only) its index.
 OBSERVATIONS = ("matrix", "index")
@@ -42,6 +49,7 @@ class BanditProblem:
         noise: str = "gaussian",
         dtype=np.float64,
     ):
+        check_truth_seed(truth_seed)
         self.d1 = check_positive_int(d1, "d1")
         self.d2 = check_positive_int(d2, "d2")
         self.rank = check_positive_int(rank, "rank")
@@ -177,3 +185,23 @@ def observation_space(problem: BanditProblem, flatten: bool, observation: str) -
     if p.context == "gaussian":
         return spaces.Box(-np.inf, np.inf, shape, dtype=p.dtype)
     return spaces.Box(0.0, 1.0, shape, dtype=p.dtype)
+
+def check_truth_seed(truth_seed) -> None:
+    """Raise unless ``truth_seed`` is an integer >= 0, a ``SeedSequence`` or None, naming
+    it (numpy's own error for ``-1``, "expected non-negative integer", names nothing)."""
+    if truth_seed is None or isinstance(truth_seed, np.random.SeedSequence):
+        return
+    if isinstance(truth_seed, bool | np.bool_) or not isinstance(truth_seed, int | np.integer):
+        raise ValueError(
+            f"truth_seed must be an integer >= 0, a SeedSequence or None; got {truth_seed!r}"
+        )
+    if truth_seed < 0:
+        raise ValueError(f"truth_seed must be an integer >= 0; got {truth_seed!r}")
+
+
+def check_flatten(flatten) -> bool:
+    """``flatten`` as a bool; anything but ``True``/``False`` is refused (``bool("no")`` is
+    True: a string would flatten the observations it meant to keep as matrices)."""
+    if not isinstance(flatten, bool | np.bool_):
+        raise ValueError(f"flatten must be True or False; got {flatten!r}")
+    return bool(flatten)

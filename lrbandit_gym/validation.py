@@ -184,6 +184,7 @@ def check_context_fingerprint(
 
 
 def _context_array(X: Any, d1: int, d2: int, n_trials: int | None, name: str) -> np.ndarray:
+    _refuse_non_real(X, name)
     try:
         arr = np.asarray(X, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -401,7 +402,19 @@ def check_arm(arm: Any, n_actions: int, name: str = "arm") -> int:
     return int(a)
 
 
+def _refuse_non_real(value: Any, name: str) -> None:
+    """Raise for complex numbers and text: casting them to float64 would drop an imaginary
+    part silently or parse a string, so they are refused, not converted."""
+    kind = value.dtype.kind if isinstance(value, np.ndarray) else None
+    if isinstance(value, str | bytes) or kind in ("U", "S") or np.iscomplexobj(value):
+        shown = f"dtype {value.dtype}" if kind is not None else repr(value)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        raise ValueError(f"{name} must be real numbers, got {type(value).__name__} {shown}")
+
+
 def _as_float_array(value: Any, name: str) -> np.ndarray:
+    _refuse_non_real(value, name)
     try:
         return np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -443,7 +456,7 @@ def check_batch_vector(value: Any, n_trials: int | None, name: str) -> np.ndarra
     if n_trials is None:
         if np.ndim(value) != 0:
             raise ValueError(f"{name} must be a scalar, got shape {np.shape(value)}")
-        if isinstance(value, bool | np.bool_):
+        if isinstance(value, bool | np.bool_ | str | bytes) or np.iscomplexobj(value):
             raise ValueError(f"{name} must be a finite real number, got {value!r}")
         try:
             v = float(value)

@@ -10,7 +10,12 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.problem import BanditProblem, GroundTruthMixin, observation_space
+from lrbandit_gym.problem import (
+    BanditProblem,
+    GroundTruthMixin,
+    check_flatten,
+    observation_space,
+)
 from lrbandit_gym.sampling import draw_contexts, draw_noise
 from lrbandit_gym.validation import check_positive_int
 
@@ -96,7 +101,7 @@ class MatrixContextBanditVectorEnv(GroundTruthMixin, VectorEnv):
             noise,
             dtype,
         )
-        self.flatten = bool(flatten)
+        self.flatten = check_flatten(flatten)
         p = self.problem
         self.single_observation_space = observation_space(p, self.flatten, observation)
         #: "matrix" or "index" (see :class:`~lrbandit_gym.MatrixContextBanditEnv`).

@@ -2,7 +2,9 @@
 clobbered, one convention of exit codes and messages, Monte Carlo intervals of coverage that
 behave at 0 and 1, and one meaning of ``--out``."""
 
+import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -126,3 +128,332 @@ def test_coverage_figure_draws_wilson_error_bars(tmp_path, monkeypatch):
         assert yerr.shape == (2, y.size)
         assert np.all(y + yerr[1] <= 1.0 + 1e-12) and np.all(y - yerr[0] >= -1e-12)
         assert np.all(yerr[0] + yerr[1] > 0)  # 6 trials never pin a coverage down
+
+
+# --------------------------------------------------------------------------- item 9
+def _usage_error(argv, capsys):
+    """Run ``lrbandit argv``; return the usage error's message (exit status 2 asserted)."""
+    from lrbandit_gym.experiments.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["reproduce", "table1", "--ranks", "5"], "argument --ranks: ranks applies to table2"),
+        (["reproduce", "table1", "--uniform-from", "99999"], "argument --uniform-from:"),
+        (["reproduce", "value", "--point-estimate", "projection"], "argument --point-estimate:"),
+        (["reproduce", "value", "--compare-projection"], "argument --compare-projection:"),
+        (["reproduce", "ensemble", "--tuning-n", "500"], "argument --tuning-n:"),
+        (["compare", "--seed", "-1"], "argument --seed: must be an integer >= 0, got '-1'"),
+        (["compare", "--trials", "0"], "argument --trials"),
+        (["compare", "--jobs", "0"], "argument --jobs"),
+        (["compare", "--agents", "nobody"], "argument --agents: unknown agent(s) ['nobody']"),
+        (["compare", "--d", "4", "--rank", "9"], "argument --rank: env_config: rank must be"),
+        (["compare", "--arms", "1"], "argument --arms: env_config: n_actions must be"),
+    ],
+)
+def test_reproduce_and_compare_usage_errors_exit_2_naming_the_option(argv, named, capsys, tmp_path):
+    """They were tracebacks (exit 1), or a bare message with exit 1 for --agents."""
+    err = _usage_error([*argv, "--out", str(tmp_path / "o")], capsys)
+    assert named in err, err
+    assert "Traceback" not in err and not (tmp_path / "o").exists()
+
+
+def _write_config(tmp_path, text):
+    config = tmp_path / "setting.toml"
+    config.write_text(text + "\n[env]\nd1 = 6\nd2 = 5\nrank = 1\n")
+    return config
+
+
+@pytest.mark.parametrize(
+    "line, named",
+    [
+        ("n = 40", "n must be a list of integers"),
+        ("grid = [1]", "grid must be a string"),
+        ("out = 5", "out must be a string"),
+        ("trials = 1180591620717411303424", "trials is out of range"),
+        ("value = 1", "value must be true or false"),
+        ("policy = {name = 3}", "policy.name must be a string"),
+    ],
+)
+def test_config_values_of_the_wrong_type_are_usage_errors_naming_the_key(
+    line, named, tmp_path, capsys
+):
+    config = _write_config(tmp_path, line)
+    err = _usage_error(["validate", "--config", str(config), "--no-progress"], capsys)
+    assert "argument --config" in err and named in err, err
+
+
+def test_a_negative_truth_seed_names_the_argument(tmp_path, capsys):
+    import gymnasium as gym
+
+    import lrbandit_gym  # noqa: F401
+
+    with pytest.raises(ValueError, match="truth_seed must be an integer >= 0; got -1"):
+        gym.make("MatrixContextBandit-v0", truth_seed=-1)
+    with pytest.raises(ValueError, match="truth_seed"):
+        gym.make("MatrixContextBandit-v0", truth_seed="x")
+    config = _write_config(tmp_path, "trials = 2\nn = [20]")
+    config.write_text(config.read_text() + "truth_seed = -1\n")
+    err = _usage_error(["validate", "--config", str(config), "--no-progress"], capsys)
+    assert f"({config}: env.truth_seed)" in err and "truth_seed must be" in err, err
+
+
+@pytest.mark.parametrize("flatten", ["no", "", 0, 1, None])
+def test_flatten_must_be_a_real_bool(flatten):
+    """``bool("no")`` is True: the env flattened when told "no"."""
+    import gymnasium as gym
+
+    from lrbandit_gym import MatrixContextBanditVectorEnv
+
+    with pytest.raises(ValueError, match=f"flatten must be True or False; got {flatten!r}"):
+        gym.make("MatrixContextBandit-v0", d1=4, d2=3, rank=1, flatten=flatten)
+    with pytest.raises(ValueError, match="flatten must be True or False"):
+        MatrixContextBanditVectorEnv(num_envs=2, d1=4, d2=3, rank=1, flatten=flatten)
+    env = gym.make("MatrixContextBandit-v0", d1=4, d2=3, rank=1, flatten=np.True_)
+    assert env.observation_space.shape == (12,)
+
+
+def test_complex_contexts_are_refused_not_cast():
+    from lrbandit_gym.validation import check_context, check_context_fingerprint, check_targets
+
+    X = np.ones((4, 3)) + 1j
+    for call in (
+        lambda: check_context(X, 4, 3),
+        lambda: check_context(X.tolist(), 4, 3),
+        lambda: check_context(X[None], 4, 3, n_trials=1),
+        lambda: check_context_fingerprint(X, 4, 3, None, np.ones(12)),
+        lambda: check_targets({"T": X}, 4, 3),
+    ):
+        with pytest.raises(ValueError, match="must be real numbers, got"):
+            call()
+    assert check_context(X.real, 4, 3).dtype == np.float64  # the real part alone is fine
+
+
+@pytest.mark.parametrize("v0", ["1", b"1", 1j, np.array(["1", "2"])])
+def test_test_greater_refuses_a_threshold_that_is_not_a_real_number(v0):
+    from inference import OptimalValueInference
+
+    single = OptimalValueInference(2)
+    batched = OptimalValueInference(2, n_trials=2)
+    if np.ndim(v0) == 0:
+        with pytest.raises(ValueError, match="v0 must be"):
+            single.test_greater(v0)
+    with pytest.raises(ValueError, match="v0 must be"):
+        batched.test_greater(v0)
+
+
+def _fake_result(status):
+    from lrbandit_gym.experiments.validate import ValidationSetting
+    from lrbandit_gym.experiments.validate_report import ValidationResult
+
+    cell = _all_covering_cell(20)
+    return ValidationResult(
+        setting=ValidationSetting(),
+        rows=[_table_row(cell)],
+        status=status,
+        verdict=f"{status}: a verdict",
+        band=0.1,
+        quantities=(),
+        arrays={
+            "warm_start_ratio": np.full((1, 2), np.nan),
+            "estimation_error": np.full((1, 1, 2), np.nan),
+            "min_propensity": np.full(1, np.nan),
+            "checkpoints": np.array([60]),
+        },
+        trials=20,
+        seed=0,
+        batch_size=20,
+        confidence_level=0.95,
+        seconds=0.0,
+    )
+
+
+@pytest.mark.parametrize(
+    "status, code",
+    [("VALID", 0), ("UNDER-COVERS", 1), ("OVER-COVERS", 1), ("FAILED", 1), ("NO RESULT", 1)],
+)
+def test_validate_exits_non_zero_unless_the_verdict_is_valid(status, code, monkeypatch, capsys):
+    """A FAILED verdict used to exit 0."""
+    from lrbandit_gym.experiments import validate
+    from lrbandit_gym.experiments.cli import main
+
+    monkeypatch.setattr(validate, "run_validation", lambda *a, **k: _fake_result(status))
+    assert main(["validate", "--no-progress"]) == code
+    captured = capsys.readouterr()
+    assert captured.out.strip().splitlines()[-1].startswith(status)
+    assert (f"verdict {status}: exit status 1" in captured.err) == (code == 1)
+
+
+def test_figures_without_matplotlib_exits_1_with_the_install_command(tmp_path, capsys, monkeypatch):
+    """It exited 0 and suggested --no-figures, an option `lrbandit figures` lacks."""
+    from lrbandit_gym.experiments.cli import main
+
+    npz = tmp_path / "table1.npz"
+    np.savez(npz, study=np.array("table1"))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    assert main(["figures", str(npz)]) == 1
+    err = capsys.readouterr().err
+    assert 'pip install "lrbandit-gym[plot]"' in err and "--no-figures" not in err
+    assert not list(tmp_path.glob("*.png"))
+    err = _usage_error(["figures", str(tmp_path / "none.npz")], capsys)
+    assert "argument npz: no such file" in err
+
+
+# --------------------------------------------------------------------------- items 8 and 11
+def _refuse_to_run(monkeypatch):
+    """Make every run fail loudly: a check that must come first is then proven to."""
+    from lrbandit_gym.experiments import compare, reproduce, validate
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the run started before its outputs were checked")
+
+    monkeypatch.setattr(compare, "compare", ran)
+    monkeypatch.setattr(validate, "run_validation", ran)
+    monkeypatch.setattr(reproduce, "draw_baseline", ran)
+
+
+TINY_COMPARE = ["compare", "--agents", "uniform", "oracle", "--trials", "2", "--rounds", "30"]
+TINY_COMPARE += ["--d", "4", "--rank", "1", "--warm-start", "10", "--jobs", "1"]
+TINY_COMPARE += ["--batch-size", "2", "--no-figures"]
+
+
+def test_compare_out_that_is_a_file_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
+    """It ran every trial, then failed to write."""
+    _refuse_to_run(monkeypatch)
+    file = tmp_path / "results"
+    file.write_text("mine")
+    err = _usage_error([*TINY_COMPARE, "--out", str(file)], capsys)
+    assert "argument --out:" in err and "is a file; --out is a folder" in err
+    assert file.read_text() == "mine"
+
+
+def test_compare_never_overwrites_without_overwrite_and_stamps_every_file(tmp_path, capsys):
+    import lrbandit_gym
+    from lrbandit_gym.experiments.cli import main
+
+    out = tmp_path / "o"
+    assert main([*TINY_COMPARE, "--seed", "7", "--out", str(out)]) == 0
+    csv_lines = (out / "compare.csv").read_text().splitlines()
+    stamp = f"# written by lrbandit-gym {lrbandit_gym.__version__}: lrbandit compare, seed 7"
+    assert csv_lines[0].startswith(stamp) and csv_lines[1].startswith("agent,")
+    assert (out / "compare.md").read_text().startswith("<!-- written by lrbandit-gym")
+    run = json.loads((out / "compare.json").read_text())["run"]
+    assert run["seed"] == 7 and run["version"] == lrbandit_gym.__version__
+    assert run["settings"]["rounds"] == 30
+    with np.load(out / "compare.npz") as data:
+        assert json.loads(str(data["metadata"]))["command"] == "lrbandit compare"
+    before = (out / "compare.csv").read_text()
+    err = _usage_error([*TINY_COMPARE, "--out", str(out)], capsys)
+    assert "already holds files of an earlier run" in err and "--overwrite" in err
+    assert (out / "compare.csv").read_text() == before
+    assert main([*TINY_COMPARE, "--seed", "8", "--out", str(out), "--overwrite"]) == 0
+    assert ", seed 8," in (out / "compare.csv").read_text().splitlines()[0]
+    assert not list(out.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("out", ["../../x", "../sibling", "/tmp/lrbandit-absolute"])
+def test_validate_config_out_outside_its_folder_is_refused(out, tmp_path, capsys, monkeypatch):
+    """`out = "../../x"` or an absolute path overwrote any file silently."""
+    _refuse_to_run(monkeypatch)
+    folder = tmp_path / "a" / "b"
+    folder.mkdir(parents=True)
+    config = _write_config(folder, f'out = "{out}"')
+    err = _usage_error(["validate", "--config", str(config), "--no-progress"], capsys)
+    assert f"argument --config ({config}: out)" in err and "--out on the command line" in err
+
+
+def test_validate_out_is_a_folder_and_is_not_overwritten(tmp_path, capsys, monkeypatch):
+    from lrbandit_gym.experiments import validate
+    from lrbandit_gym.experiments.cli import main
+
+    err = _usage_error(["validate", "--out", str(tmp_path / "v.csv")], capsys)
+    assert "--out is a folder" in err and "validate.csv" in err
+    monkeypatch.setattr(validate, "run_validation", lambda *a, **k: _fake_result("VALID"))
+    assert main(["validate", "--no-progress", "--out", str(tmp_path)]) == 0
+    first = (tmp_path / "validate.csv").read_text()
+    assert first.startswith("# written by lrbandit-gym") and "lrbandit validate, seed 0" in first
+    _refuse_to_run(monkeypatch)
+    err = _usage_error(["validate", "--no-progress", "--out", str(tmp_path)], capsys)
+    assert "argument --out:" in err and "validate.csv" in err and "--overwrite" in err
+    assert (tmp_path / "validate.csv").read_text() == first
+    config = _write_config(tmp_path, 'out = "."')
+    err = _usage_error(["validate", "--config", str(config), "--no-progress"], capsys)
+    assert f"argument --config ({config}: out)" in err and "--overwrite" in err
+
+
+def test_reproduce_refuses_an_earlier_runs_files_and_removes_stale_ones(tmp_path, capsys):
+    """A new table1.csv sat beside an old table1_uniform.csv, neither saying which run."""
+    from lrbandit_gym.experiments.cli import main
+
+    (tmp_path / "table3_uniform.csv").write_text("an earlier run's\n")
+    argv = ["reproduce", "table3", "--trials", "4", "--n", "40", "--batch-size", "4"]
+    argv += ["--jobs", "1", "--no-figures", "--seed", "5", "--out", str(tmp_path)]
+    err = _usage_error(argv, capsys)
+    assert "table3_uniform.csv" in err and "--overwrite" in err
+    assert not (tmp_path / "table3.csv").exists()
+    assert main([*argv, "--overwrite"]) == 0
+    assert not (tmp_path / "table3_uniform.csv").exists()
+    assert "removed files of an earlier run" in capsys.readouterr().out
+    stamp = (tmp_path / "table3.csv").read_text().splitlines()[0]
+    assert "lrbandit reproduce table3, seed 5" in stamp and '"trials": 4' in stamp
+    assert json.loads((tmp_path / "table3.json").read_text())["run"]["seed"] == 5
+    with np.load(tmp_path / "table3.npz") as data:
+        assert json.loads(str(data["metadata"]))["settings"]["n"] == [40]
+    from lrbandit_gym.experiments.reproduce import load_raw
+
+    study, results = load_raw(tmp_path / "table3.npz")
+    assert study == "table3" and list(results) == ["r=3"]
+
+
+def test_figures_refuse_to_overwrite_and_carry_the_stamp(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from lrbandit_gym.experiments.cli import main
+    from lrbandit_gym.experiments.reproduce import reproduce
+
+    reproduce("ensemble", trials=4, n=(20, 40), seed=1, out=tmp_path, jobs=1, batch_size=2)
+    png = tmp_path / "ensemble_coverage.png"
+    assert "lrbandit reproduce ensemble, seed 1" in Image.open(png).info["Description"]
+    err = _usage_error(["figures", str(tmp_path / "ensemble.npz")], capsys)
+    assert "ensemble_coverage.png" in err and "--overwrite" in err
+    assert main(["figures", str(tmp_path / "ensemble.npz"), "--overwrite"]) == 0
+    assert "lrbandit figures" in Image.open(png).info["Description"]
+
+
+def test_demo_refuses_to_overwrite_its_figure(tmp_path, capsys):
+    (tmp_path / "demo_intervals.png").write_bytes(b"mine")
+    err = _usage_error(["demo", "--rounds", "10", "--out", str(tmp_path)], capsys)
+    assert "demo_intervals.png" in err and "--overwrite" in err
+    assert (tmp_path / "demo_intervals.png").read_bytes() == b"mine"
+
+
+def test_writes_are_atomic(tmp_path):
+    """A write that fails half-way leaves the earlier file whole and no temporary file."""
+    from lrbandit_gym.experiments.outputs import RunStamp, _atomic, write_csv, write_npz
+
+    path = tmp_path / "t.csv"
+    stamp = RunStamp.of("test", {"a": 1}, 0)
+    write_csv(path, [{"x": 1}], stamp)
+    before = path.read_text()
+
+    class Exploding:
+        def __array__(self, *args, **kwargs):
+            raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        write_npz(tmp_path / "t.npz", {"x": np.ones(3), "y": Exploding()}, stamp)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        with _atomic(path) as fh:
+            fh.write("half a table")
+            raise RuntimeError("interrupted")
+    assert path.read_text() == before
+    assert not (tmp_path / "t.npz").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]

@@ -150,32 +150,37 @@ def test_verdict_rule():
 
 
 def test_validate_command_prints_the_table_and_the_verdict_last(capsys, tmp_path):
-    out = tmp_path / "v.csv"
+    out = tmp_path / "v"
     argv = ["validate", "--d1", "8", "--d2", "6", "--rank", "1", "--targets", "entry"]
     argv += ["--n", "40", "--trials", "4", "--no-progress", "--out", str(out)]
-    assert main(argv) == 0
+    code = main(argv)
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[0].startswith("| n | quantity |")
-    assert printed[-1].split(":")[0] in ("VALID", "UNDER-COVERS", "OVER-COVERS")
-    assert out.read_text().startswith("n,quantity,truth,trials,coverage")
+    status = printed[-1].split(":")[0]
+    assert status in ("VALID", "UNDER-COVERS", "OVER-COVERS")
+    assert code == (0 if status == "VALID" else 1)
+    lines = (out / "validate.csv").read_text().splitlines()
+    assert lines[0].startswith("# written by lrbandit-gym")
+    assert lines[1].startswith("n,quantity,truth,trials,coverage")
 
 
 def test_config_file_sets_everything_and_the_command_line_wins(tmp_path, capsys):
     np.savez(tmp_path / "targets.npz", corner=np.eye(8, 6))
     config = tmp_path / "setting.toml"
     config.write_text(
-        'trials = 4\nn = [30]\ntargets = "targets.npz"\nvalue = false\nout = "o.csv"\n'
+        'trials = 4\nn = [30]\ntargets = "targets.npz"\nvalue = false\nout = "o"\n'
         "[env]\nd1 = 8\nd2 = 6\nrank = 1\nnoise_std = [0.1, 0.2]\n"
         '[policy]\nname = "softmax"\ntemperature = 0.5\n'
     )
     data = load_config(str(config))
     assert data["env"]["noise_std"] == [0.1, 0.2] and data["policy"]["name"] == "softmax"
-    assert main(["validate", "--config", str(config), "--no-progress", "--trials", "3"]) == 0
+    code = main(["validate", "--config", str(config), "--no-progress", "--trials", "3"])
     captured = capsys.readouterr()
+    assert code == (0 if captured.out.strip().splitlines()[-1].startswith("VALID") else 1)
     assert "policy softmax(temperature=0.5)" in captured.err
     assert "3 trials" in captured.err
-    with open(tmp_path / "o.csv", newline="") as fh:
-        table = list(csv.DictReader(fh))
+    with open(tmp_path / "o" / "validate.csv", newline="") as fh:
+        table = list(csv.DictReader(line for line in fh if not line.startswith("#")))
     assert [row["quantity"] for row in table] == [
         "<M_0, corner>",
         "<M_1, corner>",

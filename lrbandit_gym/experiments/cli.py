@@ -1,5 +1,11 @@
 """The ``lrbandit`` command line: ``demo``, ``reproduce``, ``figures``, ``bench``,
-``compare`` and ``validate``."""
+``compare`` and ``validate``.
+
+One convention for every subcommand: a bad argument is a usage error (exit status 2, the
+message names the option, before anything runs); a run that fails exits with status 1 and
+a message; ``validate`` exits with status 1 when its verdict is not ``VALID``.  ``--out`` is
+always a folder; a file already there is never replaced without ``--overwrite``
+(:mod:`lrbandit_gym.experiments.outputs`)."""
 
 from __future__ import annotations
 
@@ -36,8 +42,17 @@ def _demo(args: argparse.Namespace) -> int:
     """One online experiment with both inference wrappers (the README's main job)."""
     from lrbandit_gym.experiments.demo import run_demo
 
-    run_demo(rounds=args.rounds, seed=args.seed, out=args.out, plot=not args.no_plot)
-    return 0
+    def run() -> int:
+        run_demo(
+            rounds=args.rounds,
+            seed=args.seed,
+            out=args.out,
+            plot=not args.no_plot,
+            overwrite=args.overwrite,
+        )
+        return 0
+
+    return _usage_errors(args, run)
 
 
 def _row(label: str, value: float, unit: str = "", note: str = "", digits: int = 2) -> str:
@@ -218,9 +233,24 @@ def _bench_completion(args: argparse.Namespace) -> int:
     return 0
 
 
+def _usage_errors(args: argparse.Namespace, run):
+    """``run()``, with a bad argument found before the run starts (an
+    :class:`~.outputs.ArgumentError`) reported as the subcommand's usage error (exit 2)."""
+    from lrbandit_gym.experiments.outputs import ArgumentError
+
+    try:
+        return run()
+    except ArgumentError as exc:
+        args.parser.error(f"argument {exc.option}: {exc}")
+
+
 def _reproduce(args: argparse.Namespace) -> int:
     from lrbandit_gym.experiments.reproduce import reproduce
 
+    return _usage_errors(args, lambda: _run_reproduce(args, reproduce))
+
+
+def _run_reproduce(args: argparse.Namespace, reproduce) -> int:
     reproduce(
         args.study,
         trials=args.trials,
@@ -238,25 +268,67 @@ def _reproduce(args: argparse.Namespace) -> int:
         uniform_from=args.uniform_from,
         tuning_n=args.tuning_n,
         point_estimate=args.point_estimate,
+        overwrite=args.overwrite,
     )
     return 0
 
 
 def _figures(args: argparse.Namespace) -> int:
+    """Redraw a study's figures; exit 1 without matplotlib, saying how to install it."""
+    from pathlib import Path
+
+    from lrbandit_gym.experiments.figures import MatplotlibMissing
     from lrbandit_gym.experiments.reproduce import redraw_figures
 
-    redraw_figures(args.npz, out=args.out)
+    if not Path(args.npz).is_file():
+        args.parser.error(f"argument npz: no such file: {args.npz!r}")
+    try:
+        _usage_errors(
+            args, lambda: redraw_figures(args.npz, out=args.out, overwrite=args.overwrite)
+        )
+    except MatplotlibMissing:
+        print(
+            "lrbandit figures: matplotlib is not installed, so no figure was drawn; install "
+            'the plot extra: pip install "lrbandit-gym[plot]"',
+            file=sys.stderr,
+        )
+        return 1
+    except ValueError as exc:  # not a reproduce .npz
+        args.parser.error(f"argument npz: {exc}")
     return 0
+
+
+#: Command-line option of each argument of compare() and of its env_config.
+_COMPARE_OPTIONS = {
+    "env_config": "--d/--rank/--arms",
+    "env_config.d1": "--d",
+    "env_config.d2": "--d",
+    "env_config.rank": "--rank",
+    "env_config.n_actions": "--arms",
+    "agents": "--agents",
+}
 
 
 def _compare(args: argparse.Namespace) -> int:
     """Agents side by side on the same trials (regret, estimation, inference)."""
+    from lrbandit_gym.experiments.outputs import ArgumentError
+
+    try:
+        return _run_compare(args)
+    except ArgumentError as exc:
+        option = _COMPARE_OPTIONS.get(exc.argument, exc.option)
+        args.parser.error(f"argument {option}: {exc}")
+
+
+def _run_compare(args: argparse.Namespace) -> int:
     from lrbandit_gym.experiments.compare import (
         DEFAULT_AGENTS,
         compare,
         default_lineup,
         sb3_available,
     )
+    from lrbandit_gym.experiments.compare_report import OUTPUT_FILES
+    from lrbandit_gym.experiments.outputs import check_outputs
 
     lineup = default_lineup(
         rank=args.rank, warm_start=args.warm_start, rounds=args.rounds, sb3_trials=args.sb3_trials
@@ -264,19 +336,20 @@ def _compare(args: argparse.Namespace) -> int:
     names = list(args.agents) if args.agents else list(DEFAULT_AGENTS)
     unknown = [n for n in names if n not in lineup]
     if unknown:
-        raise SystemExit(
-            f"lrbandit compare: unknown agent(s) {unknown}; choose from {list(lineup)}"
+        args.parser.error(
+            f"argument --agents: unknown agent(s) {unknown}; choose from {list(lineup)}"
         )
     if not sb3_available():
         dropped = [n for n in names if lineup[n].kind == "sb3"]
         if dropped and args.agents:
-            raise SystemExit(
-                f"lrbandit compare: {dropped} need the sb3 extra: pip install 'lrbandit-gym[sb3]'"
+            args.parser.error(
+                f'argument --agents: {dropped} need the sb3 extra: pip install "lrbandit-gym[sb3]"'
             )
         if dropped:
             print(f"{', '.join(dropped)} skipped: the sb3 extra is not installed", file=sys.stderr)
         names = [n for n in names if n not in dropped]
     env_config = {"d1": args.d, "d2": args.d, "rank": args.rank, "n_actions": args.arms}
+    check_outputs(args.out, OUTPUT_FILES, args.overwrite)  # before any trial
     print(
         f"compare: d = {args.d}, r = {args.rank}, K = {args.arms}, {args.rounds} rounds, "
         f"{args.trials} trials ({args.sb3_trials} for stable-baselines3 agents), seed "
@@ -294,7 +367,9 @@ def _compare(args: argparse.Namespace) -> int:
         backend=args.backend,
         batch_size=args.batch_size,
     )
-    paths = result.save(args.out, figures=not args.no_figures, stream=sys.stderr)
+    paths = result.save(
+        args.out, figures=not args.no_figures, stream=sys.stderr, overwrite=args.overwrite
+    )
     print(result.to_markdown())
     written = [paths["csv"], paths["inference_csv"], paths["regret_csv"], paths["markdown"]]
     written += [paths["json"], paths["npz"], *paths["figures"]]
@@ -309,6 +384,23 @@ def _validate(args: argparse.Namespace) -> int:
     return run_validate_command(args, args.parser)
 
 
+def add_output_arguments(sub: argparse.ArgumentParser, default: str | None, what: str) -> None:
+    """``--out FOLDER`` and ``--overwrite``: one meaning for every subcommand."""
+    sub.add_argument(
+        "--out",
+        metavar="FOLDER",
+        default=default,
+        help=f"folder for {what} (created if missing)"
+        + (f"; default {default}" if default else ""),
+    )
+    sub.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the files an earlier run left in the folder (without it they are "
+        "refused before anything runs)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lrbandit", description="Matrix-context bandits and online inference."
@@ -321,9 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--rounds", type=positive_int, default=3000, help="online rounds after warm start"
     )
     demo.add_argument("--seed", type=nonnegative_int, default=0)
-    demo.add_argument("--out", default="lrbandit-out", help="folder for the figure")
+    add_output_arguments(demo, "lrbandit-out", "the figure demo_intervals.png")
     demo.add_argument("--no-plot", action="store_true", help="do not save the figure")
-    demo.set_defaults(func=_demo)
+    demo.set_defaults(func=_demo, parser=demo)
 
     from lrbandit_gym.experiments.reproduce import STUDIES, STUDY_DEFAULTS
 
@@ -339,7 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--trials", type=positive_int, default=None, help="default: the paper's")
     rep.add_argument("--n", type=positive_int, nargs="+", default=None, help="default: the paper's")
     rep.add_argument("--seed", type=nonnegative_int, default=0)
-    rep.add_argument("--out", default="lrbandit-out")
+    add_output_arguments(
+        rep, "lrbandit-out", "{study}.csv, {study}.json, {study}.npz and the figures"
+    )
     rep.add_argument("--jobs", type=positive_int, default=2)
     rep.add_argument("--backend", choices=["local", "ray"], default="local")
     rep.add_argument("--batch-size", type=positive_int, default=125, help="trials per chunk")
@@ -392,14 +486,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="round at which the confidence sequences are tightest (default 1000)",
     )
-    rep.set_defaults(func=_reproduce)
+    rep.set_defaults(func=_reproduce, parser=rep)
 
     fig = sub.add_parser(
         "figures", help="redraw a study's figures from the .npz that reproduce saved"
     )
     fig.add_argument("npz", help="the {study}.npz written by lrbandit reproduce")
-    fig.add_argument("--out", default=None, help="folder for the PNGs (default: the npz's)")
-    fig.set_defaults(func=_figures)
+    add_output_arguments(fig, None, "the PNGs (default: the npz's folder)")
+    fig.set_defaults(func=_figures, parser=fig)
 
     bench = sub.add_parser("bench", help="speed benchmarks")
     bench.add_argument(
@@ -453,30 +547,30 @@ def build_parser() -> argparse.ArgumentParser:
         "ppo and dqn (sb3 extra), uniform, oracle.",
     )
     cmp.add_argument("--agents", nargs="+", default=None, help="names from the line-up")
-    cmp.add_argument("--trials", type=int, default=200, help="trials per agent")
+    cmp.add_argument("--trials", type=positive_int, default=200, help="trials per agent")
     cmp.add_argument(
         "--sb3-trials",
-        type=int,
+        type=positive_int,
         default=20,
         help="trials for stable-baselines3 agents (one network per trial): the first ones",
     )
-    cmp.add_argument("--rounds", type=int, default=2000)
-    cmp.add_argument("--d", type=int, default=20, help="d1 = d2")
-    cmp.add_argument("--rank", type=int, default=2)
-    cmp.add_argument("--arms", type=int, default=2)
+    cmp.add_argument("--rounds", type=positive_int, default=2000)
+    cmp.add_argument("--d", type=positive_int, default=20, help="d1 = d2")
+    cmp.add_argument("--rank", type=positive_int, default=2)
+    cmp.add_argument("--arms", type=positive_int, default=2)
     cmp.add_argument(
         "--warm-start",
-        type=int,
+        type=positive_int,
         default=400,
         help="uniform rounds before the low-rank agents' fit and before the wrappers' own",
     )
-    cmp.add_argument("--seed", type=int, default=0)
-    cmp.add_argument("--jobs", type=int, default=2)
+    cmp.add_argument("--seed", type=nonnegative_int, default=0)
+    cmp.add_argument("--jobs", type=positive_int, default=2)
     cmp.add_argument("--backend", choices=["local", "ray"], default="local")
-    cmp.add_argument("--batch-size", type=int, default=25, help="trials per batched chunk")
-    cmp.add_argument("--out", default="lrbandit-out")
+    cmp.add_argument("--batch-size", type=positive_int, default=25, help="trials per batched chunk")
+    add_output_arguments(cmp, "lrbandit-out", "compare.{csv,json,md,npz} and the figures")
     cmp.add_argument("--no-figures", action="store_true", help="do not draw the PNG figures")
-    cmp.set_defaults(func=_compare)
+    cmp.set_defaults(func=_compare, parser=cmp)
 
     from lrbandit_gym.experiments.validate_cli import add_validate_parser
 

@@ -39,6 +39,7 @@ import numpy as np
 from lrbandit_gym import engine
 from lrbandit_gym.experiments.compare_report import ComparisonResult
 from lrbandit_gym.experiments.compare_run import ComparisonSetting, run_unit
+from lrbandit_gym.experiments.outputs import ArgumentError
 from lrbandit_gym.experiments.parallel import local_map, ray_map
 from lrbandit_gym.experiments.studies import paper_targets
 
@@ -227,9 +228,10 @@ def _agent_entropy(seed: int, name: str, index: int) -> list[int]:
     return [int(seed), zlib.crc32(name.encode("utf-8")), int(index)]
 
 
-def _positive(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be a positive integer; got {value!r}")
+def _positive(value, name: str, least: int = 1) -> int:
+    """``value`` as an int, or :class:`~.outputs.ArgumentError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
+        raise ArgumentError(f"{name} must be an integer >= {least}; got {value!r}", name)
     return int(value)
 
 
@@ -330,19 +332,27 @@ def compare(
         if bad in env_kwargs:
             raise ValueError(f"env_config sets {bad!r}, which the comparison chooses itself")
     trials = _positive(trials, "trials")
+    seed = _positive(seed, "seed", least=0)
     rounds = _positive(rounds, "rounds")
     jobs = _positive(jobs, "jobs")
     batch_size = _positive(batch_size, "batch_size")
     warm_start = _positive(warm_start, "warm_start")
     if backend not in ("local", "ray"):
-        raise ValueError(f"backend must be 'local' or 'ray'; got {backend!r}")
+        raise ArgumentError(f"backend must be 'local' or 'ray'; got {backend!r}", "backend")
     if not agents:
-        raise ValueError("agents must name at least one agent")
+        raise ArgumentError("agents must name at least one agent", "agents")
     specs = {
         str(name): spec if isinstance(spec, AgentSpec) else batched(spec)
         for name, spec in agents.items()
     }
-    probe = gym.make("lrbandit_gym:MatrixContextBandit-v0", max_episode_steps=None, **env_kwargs)
+    try:
+        probe = gym.make(
+            "lrbandit_gym:MatrixContextBandit-v0", max_episode_steps=None, **env_kwargs
+        )
+    except (TypeError, ValueError) as exc:
+        word = str(exc).split(" ", 1)[0]
+        name = f"env_config.{word}" if word in env_kwargs else "env_config"
+        raise ArgumentError(f"env_config: {exc}", name) from None
     base = probe.unwrapped
     if targets is None:
         targets = (

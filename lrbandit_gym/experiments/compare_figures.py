@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lrbandit_gym.experiments.outputs import write_figure
+
 __all__ = ["comparison_figures"]
 
 
@@ -57,7 +59,7 @@ def comparison_figures(result, out: Path) -> list[Path]:
     ax.set_title("Cumulative regret (mean; band: interquartile range across trials)")
     ax.legend(fontsize="small")
     paths.append(out / "compare_regret.png")
-    fig.savefig(paths[-1], dpi=110)
+    write_figure(fig, paths[-1], dpi=110)
 
     fig, (ax,) = _figure(1, 1, (7.0, 4.5))
     for name in result.agents:
@@ -71,7 +73,7 @@ def comparison_figures(result, out: Path) -> list[Path]:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")
     paths.append(out / "compare_estimation_error.png")
-    fig.savefig(paths[-1], dpi=110)
+    write_figure(fig, paths[-1], dpi=110)
 
     labels = [q[0] for q in result.quantities()]
     cols = min(3, len(labels))
@@ -89,5 +91,5 @@ def comparison_figures(result, out: Path) -> list[Path]:
     if axes[0].get_legend_handles_labels()[0]:
         axes[0].legend(fontsize="x-small")
     paths.append(out / "compare_interval_width.png")
-    fig.savefig(paths[-1], dpi=110)
+    write_figure(fig, paths[-1], dpi=110)
     return paths

@@ -10,7 +10,6 @@ dicts (arrays for the regret) otherwise.
 
 from __future__ import annotations
 
-import csv
 import json
 import platform
 from dataclasses import dataclass
@@ -21,9 +20,32 @@ import numpy as np
 from scipy import stats
 
 from lrbandit_gym.experiments.compare_run import ComparisonSetting
+from lrbandit_gym.experiments.outputs import (
+    RunStamp,
+    check_outputs,
+    remove_stale,
+    stamped,
+    write_csv,
+    write_json,
+    write_npz,
+    write_text,
+)
 from lrbandit_gym.experiments.studies import coverage_interval, format_coverage
 
-__all__ = ["ComparisonResult"]
+__all__ = ["OUTPUT_FILES", "ComparisonResult"]
+
+#: Every file :meth:`ComparisonResult.save` may write into its folder.
+OUTPUT_FILES = (
+    "compare.csv",
+    "compare_inference.csv",
+    "compare_regret.csv",
+    "compare.md",
+    "compare.npz",
+    "compare.json",
+    "compare_regret.png",
+    "compare_estimation_error.png",
+    "compare_interval_width.png",
+)
 
 
 def _pandas(as_frame: bool | None):
@@ -316,29 +338,50 @@ class ComparisonResult:
         return "\n".join(lines)
 
     # -- files --------------------------------------------------------------------------
-    def save(self, out: str | Path, figures: bool = True, stream=None) -> dict[str, Any]:
+    def stamp(self) -> RunStamp:
+        """What names this comparison in every file it writes: setting, agents, seed."""
+        s = self.setting
+        settings = {
+            "env_kwargs": dict(s.env_kwargs),
+            "rounds": s.rounds,
+            "warm_start": s.warm_start,
+            "agents": list(self.agents),
+            "trials": {n: int(self.data[n]["regret"].shape[0]) for n in self.agents},
+        }
+        return RunStamp.of("lrbandit compare", settings, self.info.get("seed"))
+
+    def save(
+        self, out: str | Path, figures: bool = True, stream=None, overwrite: bool = False
+    ) -> dict[str, Any]:
         """Write ``compare.{json,csv,md,npz}``, ``compare_inference.csv``,
         ``compare_regret.csv`` (mean, s.e. and quartiles of the cumulative regret at every
-        round) and, with ``figures`` and matplotlib, the PNG figures; returns the paths."""
+        round) and, with ``figures`` and matplotlib, the PNG figures into the folder ``out``;
+        returns the paths.  Each file names the run (:meth:`stamp`) and is written
+        atomically; :data:`OUTPUT_FILES` already in ``out`` are refused unless ``overwrite``
+        (:class:`~.outputs.OutputError`, before anything is written), and those this call
+        does not write again are then removed."""
         out = Path(out)
+        earlier = check_outputs(out, OUTPUT_FILES, overwrite)
         out.mkdir(parents=True, exist_ok=True)
+        stamp = self.stamp()
         summary = self.summary(as_frame=False)
         inference = self.inference(as_frame=False)
         paths: dict[str, Any] = {}
-        paths["csv"] = _write_csv(out / "compare.csv", summary)
-        paths["inference_csv"] = _write_csv(out / "compare_inference.csv", inference)
-        paths["regret_csv"] = _write_csv(out / "compare_regret.csv", self._regret_rows())
-        (out / "compare.md").write_text(self.to_markdown() + "\n", encoding="utf-8")
-        paths["markdown"] = str(out / "compare.md")
+        paths["csv"] = write_csv(out / "compare.csv", summary, stamp)
+        paths["inference_csv"] = write_csv(out / "compare_inference.csv", inference, stamp)
+        paths["regret_csv"] = write_csv(out / "compare_regret.csv", self._regret_rows(), stamp)
+        paths["markdown"] = write_text(out / "compare.md", self.to_markdown() + "\n", stamp)
         arrays = {"truth": self.truth, "optimal_value": np.array(self.optimal_value)}
         arrays["checkpoints"] = self.checkpoints
         for name in self.agents:
             for key, value in self.data[name].items():
                 if key not in ("refusals", "seconds", "agent_seconds") and value is not None:
                     arrays[f"{name}/{key}"] = np.asarray(value)
-        np.savez_compressed(out / "compare.npz", **arrays)
-        paths["npz"] = str(out / "compare.npz")
-        paths["figures"] = self.figures(out, stream=stream) if figures else []
+        paths["npz"] = write_npz(out / "compare.npz", arrays, stamp)
+        paths["figures"] = []
+        if figures:
+            with stamped(stamp):
+                paths["figures"] = self.figures(out, stream=stream)
         meta = {
             "setting": {
                 "env_kwargs": self.setting.env_kwargs,
@@ -357,8 +400,10 @@ class ComparisonResult:
             "versions": _versions(),
             "files": paths,
         }
-        (out / "compare.json").write_text(json.dumps(meta, indent=2, default=_json))
         paths["json"] = str(out / "compare.json")
+        write_json(out / "compare.json", json.loads(json.dumps(meta, default=_json)), stamp)
+        written = [v for k, v in paths.items() if k != "figures"] + list(paths["figures"])
+        remove_stale(earlier, written, stream)
         return paths
 
     def _regret_rows(self) -> list[dict]:
@@ -409,14 +454,6 @@ class _quiet:
 
     def __exit__(self, *exc):
         self._w.__exit__(*exc)
-
-
-def _write_csv(path: Path, rows: list[dict]) -> str:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return str(path)
 
 
 def _json(value):

@@ -11,12 +11,17 @@ import numpy as np
 __all__ = ["run_demo"]
 
 
+#: The figure ``lrbandit demo`` writes into its folder.
+DEMO_FIGURE = "demo_intervals.png"
+
+
 def run_demo(
     rounds: int = 3000,
     seed: int = 0,
     out: str | Path = "lrbandit-out",
     plot: bool = True,
     stream=None,
+    overwrite: bool = False,
 ) -> dict:
     """A warm-started ε-greedy low-rank agent on the default environment, watched by both
     inference wrappers sharing its estimator (the paper's procedure).
@@ -24,7 +29,9 @@ def run_demo(
     Prints a live progress line with the current intervals, then a table of every arm, T1 and
     T2, their difference and the optimal value, each with the truth and whether it is
     covered; saves a figure of the intervals narrowing around the truth when matplotlib is
-    installed (the ``plot`` extra).  Returns the final intervals.
+    installed (the ``plot`` extra) into the folder ``out``, as ``demo_intervals.png``: one
+    already there is refused before the run unless ``overwrite``
+    (:class:`~.outputs.OutputError`).  Returns the final intervals.
     """
     import gymnasium as gym
 
@@ -35,6 +42,10 @@ def run_demo(
     rounds = check_positive_int(rounds, "rounds")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if plot:
+        from lrbandit_gym.experiments.outputs import check_outputs
+
+        check_outputs(out, [DEMO_FIGURE], overwrite)
     from inference import ParameterInference, ValueInference
     from lrbandit_gym.experiments.studies import paper_targets
 
@@ -108,7 +119,10 @@ def run_demo(
         file=stream,
     )
     if plot:
-        _plot(history, truth["T1"][1], base.optimal_value, Path(out), stream)
+        from lrbandit_gym.experiments.outputs import RunStamp, stamped
+
+        with stamped(RunStamp.of("lrbandit demo", {"rounds": rounds}, seed)):
+            _plot(history, truth["T1"][1], base.optimal_value, Path(out), stream)
     return {"rows": rows, "history": history}
 
 
@@ -139,7 +153,8 @@ def _plot(history, t1_truth, v_truth, out: Path, stream) -> None:
         ax.set_title(title)
         ax.legend()
     fig.tight_layout()
-    path = out / "demo_intervals.png"
-    fig.savefig(path, dpi=120)
+    from lrbandit_gym.experiments.outputs import write_figure
+
+    path = write_figure(fig, out / DEMO_FIGURE, dpi=120)
     plt.close(fig)
     print(f"figure: {path}", file=stream)

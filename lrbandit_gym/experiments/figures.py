@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from lrbandit_gym.experiments.outputs import write_figure
 from lrbandit_gym.experiments.studies import summarize_parameters, summarize_value
 
 __all__ = [
@@ -301,7 +302,7 @@ def zscore_figure(
         (title + ": " if title else "") + f"z-scores (estimate - truth) / se, {trials} trials",
         fontsize=10,
     )
-    fig.savefig(path, dpi=110)
+    write_figure(fig, path, dpi=110)
     return path
 
 
@@ -435,7 +436,7 @@ def _against_n(result, path, what, confidence_level, reference, title) -> Path:
         + f"{name} of {level:g} intervals, {trials} trials (z = {z:.3f})",
         fontsize=10,
     )
-    fig.savefig(path, dpi=110)
+    write_figure(fig, path, dpi=110)
     return path
 
 

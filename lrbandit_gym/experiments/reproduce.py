@@ -6,18 +6,20 @@ inference wrappers sharing its estimate; one run to the largest ``n`` reads the 
 every requested ``n``.  Chunks of trials are seeded from one ``SeedSequence`` and run with
 one BLAS thread, so the numbers do not depend on ``--jobs`` or ``--backend``.
 
-Outputs under ``--out``: ``{study}.csv`` and ``{study}.json`` (rows, configuration, versions,
-seed, timing, the list of figures), ``{study}.npz`` (the raw per-trial arrays of every
-setting, keys ``"{setting}/{array}"``; :func:`load_raw` reads them back and
-:func:`redraw_figures` redraws the figures) and, with the ``plot`` extra, PNG figures
-``{study}[_{setting}]_{zscores,coverage,length}.png`` (:mod:`lrbandit_gym.experiments.figures`).
+Outputs under ``--out`` (a folder): ``{study}.csv`` and ``{study}.json`` (rows,
+configuration, versions, seed, timing, the list of figures), ``{study}.npz`` (the raw
+per-trial arrays of every setting, keys ``"{setting}/{array}"``; :func:`load_raw` reads them
+back and :func:`redraw_figures` redraws the figures) and, with the ``plot`` extra, PNG
+figures ``{study}[_{setting}]_{zscores,coverage,length}.png``
+(:mod:`lrbandit_gym.experiments.figures`).  Every file names the run that wrote it and is
+written atomically; a folder that already holds the study's files is refused before the run
+unless ``overwrite`` is set, and then the earlier run's files that this run does not write
+again are removed (:mod:`lrbandit_gym.experiments.outputs`).
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
 import platform
 import sys
 import time
@@ -27,6 +29,16 @@ import numpy as np
 
 from lrbandit_gym import engine as engines
 from lrbandit_gym.experiments.ensemble_study import EnsembleStudyConfig, run_ensemble_study
+from lrbandit_gym.experiments.outputs import (
+    ArgumentError,
+    RunStamp,
+    check_outputs,
+    remove_stale,
+    stamped,
+    write_csv,
+    write_json,
+    write_npz,
+)
 from lrbandit_gym.experiments.studies import (
     StudyConfig,
     format_coverage,
@@ -176,7 +188,21 @@ def _configs(
         }
     if study == "ensemble":
         return {"r=1": EnsembleStudyConfig(checkpoints=n)}
-    raise ValueError(f"study must be one of {STUDIES}; got {study!r}")
+    raise ArgumentError(f"study must be one of {STUDIES}; got {study!r}", "study")
+
+
+#: Figure kinds a study writes (``{prefix}_{kind}.png``).
+FIGURE_KINDS = ("zscores", "coverage", "length", "sequences", "uniform")
+
+
+def output_patterns(study: str, figures: bool = True) -> list[str]:
+    """Glob patterns of every file a run of ``study`` may write into ``--out``: its tables,
+    raw arrays and figures (for every setting), and nothing else of the folder's."""
+    names = [f"{study}.csv", f"{study}.json", f"{study}.npz", f"{study}_uniform.csv"]
+    if figures:
+        names += [f"{study}_{kind}.png" for kind in FIGURE_KINDS]
+        names += [f"{study}_*_{kind}.png" for kind in FIGURE_KINDS]
+    return names
 
 
 def _ray_map(jobs: int):
@@ -387,8 +413,9 @@ def _references(study: str, label: str) -> tuple[dict, dict]:
     return cov, length
 
 
-def _write_figures(study, settings, results, out: Path, stream) -> list[str]:
-    """PNG figures of every setting; one line and no files without matplotlib."""
+def _write_figures(study, settings, results, out: Path, stream, required=False) -> list[str]:
+    """PNG figures of every setting; one line and no files without matplotlib (or, when
+    ``required``, :class:`~.figures.MatplotlibMissing`)."""
     from lrbandit_gym.experiments.figures import (
         MISSING_MATPLOTLIB,
         MatplotlibMissing,
@@ -410,6 +437,8 @@ def _write_figures(study, settings, results, out: Path, stream) -> list[str]:
                 title=title,
             )
         except MatplotlibMissing:
+            if required:
+                raise
             print(
                 f"figures skipped: {MISSING_MATPLOTLIB} (or pass --no-figures)",
                 file=stream,
@@ -425,14 +454,17 @@ def _write_figures(study, settings, results, out: Path, stream) -> list[str]:
     return paths
 
 
-def save_raw(path: str | Path, study: str, results: dict[str, dict]) -> Path:
-    """Write every setting's raw arrays to one ``.npz`` (keys ``"{setting}/{array}"``)."""
+def save_raw(
+    path: str | Path, study: str, results: dict[str, dict], stamp: RunStamp | None = None
+) -> Path:
+    """Write every setting's raw arrays to one ``.npz`` (keys ``"{setting}/{array}"``),
+    atomically, with the run's ``stamp`` under ``"metadata"``."""
     arrays = {"study": np.array(study)}
     for label, result in results.items():
         for key, value in result.items():
             arrays[f"{label}/{key}"] = np.asarray(value)
     path = Path(path)
-    np.savez_compressed(path, **arrays)
+    write_npz(path, arrays, stamp)
     return path
 
 
@@ -444,20 +476,32 @@ def load_raw(path: str | Path) -> tuple[str, dict[str, dict]]:
         study = str(data["study"])
         results: dict[str, dict] = {}
         for key in data.files:
-            if key == "study":
+            if key in ("study", "metadata"):
                 continue
             label, _, name = key.partition("/")
             results.setdefault(label, {})[name] = data[key]
     return study, results
 
 
-def redraw_figures(path: str | Path, out: str | Path | None = None, stream=None) -> list[str]:
-    """Redraw the figures of a ``{study}.npz`` into ``out`` (default: beside the file)."""
+def redraw_figures(
+    path: str | Path, out: str | Path | None = None, stream=None, overwrite: bool = False
+) -> list[str]:
+    """Redraw the figures of a ``{study}.npz`` into the folder ``out`` (default: beside the
+    file).  Figures already there are refused unless ``overwrite`` (:class:`~.outputs.
+    OutputError`), before anything is drawn; without matplotlib it raises
+    :class:`~.figures.MatplotlibMissing`.  Each figure's PNG metadata names the npz."""
+    from lrbandit_gym.experiments.figures import figure_class
+
     stream = sys.stdout if stream is None else stream
+    figure_class()  # without matplotlib, fail before anything else
     study, results = load_raw(path)
     out = Path(path).parent if out is None else Path(out)
+    patterns = [p for p in output_patterns(study) if p.endswith(".png")]
+    check_outputs(out, patterns, overwrite)
     out.mkdir(parents=True, exist_ok=True)
-    return _write_figures(study, list(results), results, out, stream)
+    stamp = RunStamp.of("lrbandit figures", {"npz": str(path)}, None)
+    with stamped(stamp):
+        return _write_figures(study, list(results), results, out, stream, required=True)
 
 
 def reproduce(
@@ -478,6 +522,7 @@ def reproduce(
     tuning_n: int | None = None,
     point_estimate: str | None = None,
     stream=None,
+    overwrite: bool = False,
 ) -> dict:
     """Run one study and write its outputs into ``out``.
 
@@ -492,7 +537,12 @@ def reproduce(
         Chunks of ``batch_size`` trials are seeded from ``SeedSequence(seed)`` and run on
         ``jobs`` local processes or Ray workers; the numbers do not depend on either.
     out : str or Path
-        Output folder: ``{study}.csv``, ``{study}.json``, ``{study}.npz`` and figures.
+        Output folder: ``{study}.csv``, ``{study}.json``, ``{study}.npz`` and figures, each
+        naming this run (command, settings, seed, version) and written atomically.
+    overwrite : bool, default False
+        Replace the study's files already in ``out``; without it they are refused before
+        the run (:class:`~.outputs.OutputError`).  Files of the earlier run that this run
+        does not write again (say ``{study}_uniform.csv``) are removed after it.
     figures : bool, default True
         Write the PNG figures (needs matplotlib; without it one line says they were
         skipped and how to install the ``plot`` extra).
@@ -548,25 +598,41 @@ def reproduce(
                 tuning_n=tuning_n,
                 point_estimate=point_estimate,
                 stream=stream,
+                overwrite=overwrite,
             )
     if study not in STUDIES:
-        raise ValueError(f"study must be one of {STUDIES}; got {study!r}")
+        raise ArgumentError(f"study must be one of {STUDIES}; got {study!r}", "study")
     default_trials, default_n = STUDY_DEFAULTS[study]
     trials = default_trials if trials is None else trials
     n = default_n if n is None else tuple(n)
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise ValueError(f"trials must be a positive integer; got {trials!r}")
+    for name, value, least in (
+        ("trials", trials, 1),
+        ("seed", seed, 0),
+        ("jobs", jobs, 1),
+        ("batch_size", batch_size, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
+            raise ArgumentError(f"{name} must be an integer >= {least}; got {value!r}", name)
+    if (
+        not n
+        or any(isinstance(v, bool) or not isinstance(v, int | np.integer) for v in n)
+        or min(n) < 1
+    ):
+        raise ArgumentError(f"n must be one or more positive integers; got {n!r}", "n")
     if compare_projection and study != "table1":
-        raise ValueError(f"compare_projection applies to table1 only; got study {study!r}")
+        raise ArgumentError(
+            f"compare_projection applies to table1 only; got study {study!r}",
+            "compare_projection",
+        )
     if ranks is not None:
         if study != "table2":
-            raise ValueError(f"ranks applies to table2 only; got study {study!r}")
+            raise ArgumentError(f"ranks applies to table2 only; got study {study!r}", "ranks")
         ranks = tuple(ranks)
         if not ranks or any(
             isinstance(r, bool) or not isinstance(r, int | np.integer) or not 1 <= r <= 50
             for r in ranks
         ):
-            raise ValueError(f"ranks must be integers in [1, 50]; got {ranks!r}")
+            raise ArgumentError(f"ranks must be integers in [1, 50]; got {ranks!r}", "ranks")
     configs = _configs(study, tuple(sorted(n)), compare_projection, ranks or TABLE2_RANKS)
     if warm_start is not None:
         least = 0 if study == "ensemble" else 1
@@ -575,35 +641,43 @@ def reproduce(
             or not isinstance(warm_start, int | np.integer)
             or (warm_start < least)
         ):
-            raise ValueError(
-                f"warm_start must be an integer >= {least} for {study}; got {warm_start!r}"
+            raise ArgumentError(
+                f"warm_start must be an integer >= {least} for {study}; got {warm_start!r}",
+                "warm_start",
             )
         configs = {
             k: dataclasses.replace(c, warm_start=int(warm_start)) for k, c in configs.items()
         }
     if point_estimate is not None:
         if study in ("value", "ensemble"):
-            raise ValueError(f"point_estimate does not apply to the {study} study")
+            raise ArgumentError(
+                f"point_estimate does not apply to the {study} study", "point_estimate"
+            )
         if point_estimate not in ("one-step", "projection"):
-            raise ValueError(
-                f"point_estimate must be 'one-step' or 'projection'; got {point_estimate!r}"
+            raise ArgumentError(
+                f"point_estimate must be 'one-step' or 'projection'; got {point_estimate!r}",
+                "point_estimate",
             )
         configs = {
             k: dataclasses.replace(c, point_estimate=point_estimate) for k, c in configs.items()
         }
     if uniform_from is not None or tuning_n is not None:
         if study == "ensemble":
-            raise ValueError("uniform_from and tuning_n do not apply to the ensemble study")
+            name = "uniform_from" if uniform_from is not None else "tuning_n"
+            raise ArgumentError(
+                "uniform_from and tuning_n do not apply to the ensemble study", name
+            )
         if uniform_from is None:
-            raise ValueError("tuning_n needs uniform_from (the first round checked)")
+            raise ArgumentError("tuning_n needs uniform_from (the first round checked)", "tuning_n")
         for name, value in (("uniform_from", uniform_from), ("tuning_n", tuning_n)):
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1
             ):
-                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+                raise ArgumentError(f"{name} must be a positive integer; got {value!r}", name)
         if uniform_from > max(n):
-            raise ValueError(
-                f"uniform_from must be at most the last checkpoint {max(n)}; got {uniform_from}"
+            raise ArgumentError(
+                f"uniform_from must be at most the last checkpoint {max(n)}; got {uniform_from}",
+                "uniform_from",
             )
         configs = {
             k: dataclasses.replace(
@@ -615,9 +689,28 @@ def reproduce(
             for k, c in configs.items()
         }
     if backend not in ("local", "ray"):
-        raise ValueError(f"backend must be 'local' or 'ray'; got {backend!r}")
-    map_fn = _ray_map(jobs) if backend == "ray" else _local_map(jobs, sys.stderr)
+        raise ArgumentError(f"backend must be 'local' or 'ray'; got {backend!r}", "backend")
     out = Path(out)
+    earlier = check_outputs(out, output_patterns(study), overwrite)  # before any trial
+    stamp = RunStamp.of(
+        f"lrbandit reproduce {study}",
+        {
+            "trials": trials,
+            "n": list(n),
+            "batch_size": batch_size,
+            "jobs": jobs,
+            "backend": backend,
+            "engine": engines.active_engine(),
+            "compare_projection": compare_projection,
+            "ranks": None if ranks is None else [int(r) for r in ranks],
+            "warm_start": None if warm_start is None else int(warm_start),
+            "uniform_from": uniform_from,
+            "tuning_n": tuning_n,
+            "point_estimate": point_estimate,
+        },
+        seed,
+    )
+    map_fn = _ray_map(jobs) if backend == "ray" else _local_map(jobs, sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     rows, timing, results, diagnostics, uniform_rows = [], {}, {}, {}, []
     for label, config in configs.items():
@@ -665,8 +758,11 @@ def reproduce(
         _print_uniform(uniform_rows, stream)
     if study == "ensemble":
         _print_ensemble(rows, next(iter(diagnostics.values())), stream)
-    raw = save_raw(out / f"{study}.npz", study, results)
-    paths = _write_figures(study, list(configs), results, out, stream) if figures else []
+    raw = save_raw(out / f"{study}.npz", study, results, stamp)
+    paths = []
+    if figures:
+        with stamped(stamp):
+            paths = _write_figures(study, list(configs), results, out, stream)
     meta = {
         "study": study,
         "trials": trials,
@@ -693,16 +789,12 @@ def reproduce(
         "tuning_n": tuning_n,
         "uniform_rows": uniform_rows,
     }
-    (out / f"{study}.json").write_text(json.dumps(meta, indent=2, default=float))
-    with open(out / f"{study}.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    written = [str(raw), *paths]
+    written.append(write_json(out / f"{study}.json", meta, stamp))
+    written.append(write_csv(out / f"{study}.csv", rows, stamp))
     if uniform_rows:
-        with open(out / f"{study}_uniform.csv", "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(uniform_rows[0]))
-            writer.writeheader()
-            writer.writerows(uniform_rows)
+        written.append(write_csv(out / f"{study}_uniform.csv", uniform_rows, stamp))
+    remove_stale(earlier, written, stream)
     print(
         f"wrote {out / (study + '.csv')}, {out / (study + '.json')} and {raw}",
         file=stream,

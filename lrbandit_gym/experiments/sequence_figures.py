@@ -19,6 +19,7 @@ from lrbandit_gym.experiments.figures import (
     figure_class,
     panel_figure,
 )
+from lrbandit_gym.experiments.outputs import write_figure
 from lrbandit_gym.experiments.studies import summarize_uniform
 
 __all__ = ["sequence_figure", "uniform_figure", "uniform_figures"]
@@ -89,7 +90,7 @@ def sequence_figure(
         f"{first}..{last} (sequence tuned at n = {tuning})",
         fontsize=10,
     )
-    fig.savefig(path, dpi=110)
+    write_figure(fig, path, dpi=110)
     return path
 
 
@@ -130,7 +131,7 @@ def uniform_figure(
         f"{r0['n0']}..{r0['N']}, {n_trials} trials",
         fontsize=10,
     )
-    fig.savefig(path, dpi=110)
+    write_figure(fig, path, dpi=110)
     return path
 
 

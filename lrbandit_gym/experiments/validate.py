@@ -488,7 +488,9 @@ class CheckpointReader(Reader):
 
 
 # --------------------------------------------------------------------------- checks
-_ENV_FIELDS = re.compile(r"^(d1|d2|rank|n_actions|context|noise_std|noise|singular_values)\b")
+_ENV_FIELDS = re.compile(
+    r"^(d1|d2|rank|n_actions|context|noise_std|noise|singular_values|truth_seed|flatten)\b"
+)
 
 
 def check_setting(setting: ValidationSetting) -> dict[str, np.ndarray]:

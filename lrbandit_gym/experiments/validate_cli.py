@@ -20,7 +20,7 @@ A setting comes from, in increasing precedence: the defaults of
     estimator = "auto"          # "shared" or "own"
     uniform_from = 250          # time-uniform coverage from this round on (default: off)
     tuning_n = 1000             # round at which the confidence sequences are tightest
-    out = "validate.csv"        # relative to the config file
+    out = "results"             # folder for validate.csv, inside the config file's folder
 
     [env]                       # MatrixContextBandit-v0 arguments
     d1 = 30
@@ -37,7 +37,12 @@ A setting comes from, in increasing precedence: the defaults of
     name = "epsilon-greedy"     # "softmax", "uniform", "linear-epsilon-greedy"
     epsilon = 0.1               # any other key is a keyword argument of the policy
 
-An invalid argument or key exits with status 2 and a message naming it.
+An invalid argument or key (a value of the wrong type included) exits with status 2 and a
+message naming it, before any trial runs; so does an output that exists already (without
+``--overwrite``) or a config ``out`` outside the config file's folder.  The run then exits
+with status 0 only when the verdict is ``VALID`` (1 for ``UNDER-COVERS``, ``OVER-COVERS``,
+``FAILED`` or ``NO RESULT``).  ``--out`` is a folder: the table goes to ``validate.csv``
+in it.
 """
 
 from __future__ import annotations
@@ -100,6 +105,82 @@ _OPTIONS = {
     "jobs": "--jobs",
     "confidence_level": "--level",
 }
+
+#: The file ``lrbandit validate`` writes into its ``--out`` folder.
+OUTPUT_FILE = "validate.csv"
+
+#: TOML keys with a fixed type: (Python types, what to say).  The setting's own checks
+#: judge the values; these keep a wrong type from reaching them as a traceback.
+_INT = ((int,), "an integer")
+_CONFIG_TYPES = {
+    "grid": ((str,), "a string (a grid setting's name)"),
+    "trials": _INT,
+    "seed": _INT,
+    "batch_size": _INT,
+    "jobs": _INT,
+    "rank": _INT,
+    "warm_start": _INT,
+    "uniform_from": _INT,
+    "tuning_n": _INT,
+    "confidence_level": ((int, float), "a number"),
+    "n": ((list,), "a list of integers, e.g. n = [500, 1500]"),
+    "targets": ((str,), "a string"),
+    "value": ((bool,), "true or false"),
+    "estimator": ((str,), "a string"),
+    "out": ((str,), "a string (a folder)"),
+}
+#: The largest integer a TOML file can hold (TOML integers are 64-bit).
+_TOML_INT_MAX = 2**63 - 1
+
+
+def _check_config_types(data: dict[str, Any]) -> None:
+    """Refuse a config value of the wrong type, naming its key (``ValueError``)."""
+    for key, (types, what) in _CONFIG_TYPES.items():
+        if key not in data:
+            continue
+        value = data[key]
+        items = value if key == "n" and isinstance(value, list) else [value]
+        wrong = isinstance(value, bool) and bool not in types or not isinstance(value, types)
+        if key == "n" and not wrong:
+            wrong = not value or any(isinstance(v, bool) or not isinstance(v, int) for v in items)
+        if wrong:
+            raise ValueError(f"{key} must be {what}; got {value!r}")
+        for v in items:
+            if isinstance(v, int) and not isinstance(v, bool) and abs(v) > _TOML_INT_MAX:
+                raise ValueError(f"{key} is out of range (a 64-bit integer); got {v!r}")
+    for table in ("env", "policy"):
+        for key, value in data.get(table, {}).items():
+            for v in value if isinstance(value, list) else [value]:
+                if isinstance(v, int) and not isinstance(v, bool) and abs(v) > _TOML_INT_MAX:
+                    raise ValueError(f"{table}.{key} is out of range (a 64-bit integer); got {v!r}")
+    name = data.get("policy", {}).get("name")
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"policy.name must be a string; got {name!r}")
+
+
+def config_out(config_path: str, out: str) -> str:
+    """The folder a config file's ``out`` names, resolved against the config file's folder.
+
+    Raises
+    ------
+    ValueError
+        For an absolute path or one that leads outside the config file's folder (``../x``):
+        a config file, perhaps shared, must not choose where on the machine a run writes.
+    """
+    base = Path(config_path).parent
+    if Path(out).is_absolute():
+        raise ValueError(
+            f"out must be a folder relative to the config file's folder; got the absolute "
+            f"path {out!r} (give --out on the command line to write elsewhere)"
+        )
+    target = (base / out).resolve()
+    if not target.is_relative_to(base.resolve()):
+        raise ValueError(
+            f"out must stay inside the config file's folder {str(base)!r}; {out!r} leads "
+            "outside it (give --out on the command line to write elsewhere)"
+        )
+    return str(base / out)
+
 
 # Config path of each setting field, for error messages about values from the file.
 _CONFIG_PATHS = {"policy": "policy.name", "confidence_level": "confidence_level"}
@@ -183,7 +264,9 @@ def add_validate_parser(sub) -> argparse.ArgumentParser:
     run.add_argument("--batch-size", type=positive_int, help="trials per chunk (default 100)")
     run.add_argument("--jobs", type=positive_int, help="worker processes (default 1)")
     run.add_argument("--level", type=float, help="confidence level (default 0.95)")
-    run.add_argument("--out", metavar="FILE", help="also write the table as CSV")
+    from lrbandit_gym.experiments.cli import add_output_arguments
+
+    add_output_arguments(run, None, f"{OUTPUT_FILE}, the coverage table (default: no file)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     return val
 
@@ -194,7 +277,8 @@ def load_config(path: str) -> dict[str, Any]:
     Raises
     ------
     ValueError
-        For an unreadable file, invalid TOML, or an unknown key.
+        For an unreadable file, invalid TOML, an unknown key, or a value of the wrong type
+        (``n = 40``, ``grid = [1]``, ``out = 5``, an integer beyond 64 bits).
     """
     try:
         import tomllib
@@ -216,6 +300,7 @@ def load_config(path: str) -> dict[str, Any]:
     for table in ("env", "policy"):
         if table in data and not isinstance(data[table], dict):
             raise ValueError(f"{table!r} must be a table ([{table}])")
+    _check_config_types(data)
     if "policy" in data and "name" not in data["policy"]:
         data["policy"] = {"name": None, **data["policy"]}
     return data
@@ -272,7 +357,10 @@ def _setting_and_options(args, parser):
         if key in config:
             run[key] = from_config(key, config[key])
     if "out" in config:
-        out = str(base_dir / config["out"])
+        try:
+            out = config_out(args.config, config["out"])
+        except ValueError as exc:
+            parser.error(f"argument --config ({args.config}: out): {exc}")
     # The command line wins.
     cli_env = {
         "d1": args.d1,
@@ -337,10 +425,23 @@ def _setting_and_options(args, parser):
 
 
 def run_validate_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """``lrbandit validate``: run, print the report (verdict last), write ``--out``."""
+    """``lrbandit validate``: check ``--out``, run, print the report (verdict last), write
+    ``validate.csv`` into ``--out``; exit status 0 only for the verdict ``VALID``."""
+    from lrbandit_gym.experiments.outputs import OutputError, check_outputs
     from lrbandit_gym.experiments.validate import SettingError, run_validation
 
     setting, run, out, source = _setting_and_options(args, parser)
+    if out is not None:
+        option = "--out" if args.out is not None else f"--config ({args.config}: out)"
+        if Path(out).suffix.lower() == ".csv" and not Path(out).is_dir():
+            parser.error(
+                f"argument {option}: --out is a folder (the table goes to {OUTPUT_FILE} in "
+                f"it); got {out!r}, which looks like a file name"
+            )
+        try:
+            check_outputs(out, [OUTPUT_FILE], args.overwrite, argument="--out")
+        except OutputError as exc:
+            parser.error(f"argument {option}: {exc}")
     print(f"validate: {setting.describe()}", file=sys.stderr)
     print(
         f"validate: {run['trials']} trials, seed {run['seed']}, {run['jobs']} job(s)",
@@ -361,10 +462,14 @@ def run_validate_command(args: argparse.Namespace, parser: argparse.ArgumentPars
     print(result.report())
     print(f"validate: {result.seconds:.0f} s", file=sys.stderr)
     if out is not None:
+        path = Path(out) / OUTPUT_FILE
         try:
-            result.to_csv(out)
+            result.to_csv(path)
         except OSError as exc:
-            print(f"validate: cannot write {out}: {exc}", file=sys.stderr)
+            print(f"validate: cannot write {path}: {exc}", file=sys.stderr)
             return 1
-        print(f"wrote {out}", file=sys.stderr)
+        print(f"wrote {path}", file=sys.stderr)
+    if result.status != "VALID":
+        print(f"validate: verdict {result.status}: exit status 1", file=sys.stderr)
+        return 1
     return 0

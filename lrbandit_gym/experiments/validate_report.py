@@ -246,18 +246,35 @@ class ValidationResult:
             raise ImportError("to_frame() needs pandas: pip install pandas") from exc
         return pd.DataFrame.from_records(self.rows, columns=[*_COLUMNS, "flag"])
 
+    def stamp(self):
+        """What names this run in the files it writes (:class:`~.outputs.RunStamp`): the
+        setting, trials, batch size, level and seed."""
+        from lrbandit_gym.experiments.outputs import RunStamp
+
+        describe = getattr(self.setting, "describe", None)
+        settings = {
+            "setting": describe() if describe is not None else None,
+            "trials": self.trials,
+            "batch_size": self.batch_size,
+            "confidence_level": self.confidence_level,
+        }
+        return RunStamp.of("lrbandit validate", settings, self.seed)
+
     def to_csv(self, path=None) -> str:
-        """The coverage table as CSV text, also written to ``path`` when given."""
+        """The coverage table as CSV text; with ``path``, also written there atomically
+        below a ``#`` line naming the run (:meth:`stamp`; read it back with
+        ``pandas.read_csv(path, comment="#")``)."""
+        from lrbandit_gym.experiments.outputs import write_csv
+
+        columns = [*_COLUMNS, "flag"]
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=[*_COLUMNS, "flag"], lineterminator="\n")
+        writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         for row in self.rows:
-            writer.writerow({k: row[k] for k in (*_COLUMNS, "flag")})
-        text = buf.getvalue()
+            writer.writerow({k: row[k] for k in columns})
         if path is not None:
-            with open(path, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
-        return text
+            write_csv(path, self.rows, self.stamp(), fieldnames=columns)
+        return buf.getvalue()
 
     def diagnostics(self) -> str:
         """One line per diagnostic: the warm-start check, the estimate's error, the smallest

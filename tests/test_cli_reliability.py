@@ -457,3 +457,15 @@ def test_writes_are_atomic(tmp_path):
     assert path.read_text() == before
     assert not (tmp_path / "t.npz").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
+def test_bench_completion_coverage_rows_carry_the_wilson_interval():
+    from lrbandit_gym.experiments.bench_completion import completion_coverage
+
+    cov = completion_coverage(
+        trials=5, d=12, rank=2, checkpoints=(50,), warm_start=400, batch_size=5
+    )
+    for row in cov["rows"]:
+        low, high = coverage_interval(round(row["coverage"] * row["trials"]), row["trials"])
+        assert (row["coverage_low"], row["coverage_high"]) == (low, high)
+        assert format_coverage(row).startswith(f"{row['coverage']:.3f} [")

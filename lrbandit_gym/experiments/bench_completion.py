@@ -22,6 +22,7 @@ import tracemalloc
 import numpy as np
 
 from lrbandit_gym.experiments.bench import best_times
+from lrbandit_gym.experiments.studies import coverage_interval
 
 __all__ = ["bench_completion", "completion_coverage", "completion_step_scale"]
 
@@ -309,6 +310,7 @@ def completion_coverage(
         covered = np.abs(e - t) <= z * s
         cov = float(covered[ok].mean())
         label = q if q == "V*" else f"<M_{q[1]}, {q[0]}>"
+        interval = coverage_interval(int(covered[ok].sum()), int(ok.sum()))
         rows.append(
             {
                 "n": c,
@@ -316,6 +318,8 @@ def completion_coverage(
                 "truth": t,
                 "coverage": cov,
                 "coverage_se": math.sqrt(cov * (1 - cov) / max(ok.sum(), 1)),
+                "coverage_low": interval[0],
+                "coverage_high": interval[1],
                 "mean_length": float(2 * z * s[ok].mean()),
                 "mean_z": float(((e - t) / s)[ok].mean()),
                 "trials": int(ok.sum()),

@@ -179,6 +179,7 @@ def _bench_completion(args: argparse.Namespace) -> int:
     ``lrbandit bench completion-coverage`` (coverage on the vector env, d = 100)."""
     from lrbandit_gym import engine
     from lrbandit_gym.experiments import bench_completion as bc
+    from lrbandit_gym.experiments.studies import format_coverage
 
     if args.what == "completion":
         d = 1000 if args.d is None else args.d
@@ -222,12 +223,12 @@ def _bench_completion(args: argparse.Namespace) -> int:
             f"95% intervals, completion {d}x{d}, r={r['rank']}, K=2, {r['trials']} trials "
             f"(vector env, index observations), warm start {r['warm_start']}, "
             f"c_eta = {r['step_scale']:.3g}, {r['seconds']:.0f} s:",
-            f"  {'n':>6} {'quantity':<12} {'coverage':>9} {'(se)':>7} {'length':>8} {'mean z':>7}",
+            f"  {'n':>6} {'quantity':<12} {'coverage [95% MC]':>19} {'length':>8} {'mean z':>7}",
         ]
         for row in r["rows"]:
             lines.append(
-                f"  {row['n']:>6} {row['quantity']:<12} {row['coverage']:9.3f} "
-                f"({row['coverage_se']:.3f}) {row['mean_length']:8.4f} {row['mean_z']:7.3f}"
+                f"  {row['n']:>6} {row['quantity']:<12} {format_coverage(row):>19} "
+                f"{row['mean_length']:8.4f} {row['mean_z']:7.3f}"
             )
     print("\n".join(lines))
     return 0

@@ -50,6 +50,7 @@ from lrbandit_gym.validation import (
     check_choice,
     check_context,
     check_finite,
+    check_magnitude,
     check_positive_int,
     check_rewards,
 )
@@ -256,7 +257,8 @@ class StreamingWarmStart(RoundCounter):
         Raises
         ------
         ValueError
-            If the warm start is full or a weight is not 1 (nothing changes then).
+            If the warm start is full, a weight is not 1 or a context entry exceeds
+            :data:`~lrbandit_gym.validation.MAX_MAGNITUDE` (nothing changes then).
         FloatingPointError
             If the step of a refining round is not finite (nothing changes then).
         """
@@ -275,6 +277,9 @@ class StreamingWarmStart(RoundCounter):
         a = np.asarray(actions, dtype=np.int64).reshape(self._B)
         y = np.asarray(rewards, dtype=np.float64).reshape(self._B)
         X = np.asarray(X).reshape(self._B, self.d1, self.d2)
+        # The moments sum y X and the refinement squares X: a 1e200 entry would make them
+        # infinite for good.
+        check_magnitude(X, "X", batched=self.n_trials is not None)
         last = self._n == self.length - 1
         if last:  # keep what this round changes, so that discard_last() can undo it
             self._undo = self._pulled_state(trials, a)

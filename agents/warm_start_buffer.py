@@ -19,6 +19,7 @@ from lrbandit_gym.validation import (
     check_actions,
     check_context,
     check_finite,
+    check_magnitude,
     check_rewards,
     check_weights,
 )
@@ -139,7 +140,8 @@ class WarmStartBuffer(RoundStore):
         ------
         ValueError
             If the buffer is full, or ``X`` has an entry outside the range of the storage
-            dtype (it would be stored as ``inf``); nothing is stored then.
+            dtype (it would be stored as ``inf``) or, stored as float64, beyond
+            :data:`~lrbandit_gym.validation.MAX_MAGNITUDE`; nothing is stored then.
         """
         if self.full:
             raise self._full_error(ValueError)
@@ -154,6 +156,8 @@ class WarmStartBuffer(RoundStore):
                     f"of the warm-start buffer's {dt} storage ({np.finfo(dt).max:.3g}); "
                     "rescale the contexts (or store them as float64: dtype=np.float64)"
                 )
+        else:  # the fit squares the contexts: a stored 1e200 would make every fit fail
+            check_magnitude(X, "context X", batched=self.n_trials is not None)
         i = self._n
         self._X[:, :, i] = X
         self._actions[:, i] = actions

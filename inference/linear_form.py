@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from agents.product_cache import one_hot_products
+from agents.state import read_bool
 from inference._persistence import check_config, check_count, copy_arrays
 from inference.held_queue import DebiasedSum
 from inference.results import (
@@ -646,19 +647,58 @@ class _DebiasedLinearForm:
             "pulls": self._pulls.copy(),
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a :meth:`state_dict` (validated first; a failure changes nothing)."""
+    def validate_state_dict(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Check a :meth:`state_dict` against this object, changing nothing.
+
+        The configuration and targets must be this object's, every array must have its
+        shape, dtype and finite entries, the counts (``n``, ``held``, ``pulls``) must be
+        non-negative integers with no arm pulled more often than ``n``, the sums of
+        squares (``sigma_sum``, ``S2_sum``) non-negative and ``initialized`` a bool.
+
+        Returns
+        -------
+        dict
+            Validated copies (``n``, ``ring_n``, ``initialized`` and the arrays), for
+            :meth:`load_state_dict`.
+
+        Raises
+        ------
+        ValueError
+            Naming the first key that fails a check.
+        """
+        if not isinstance(state, Mapping):
+            raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         mine = self.state_dict()
         check_config(state, mine, (*self._CONFIG, "target_names"))
-        targets = np.asarray(state["targets"], dtype=float)
-        if targets.shape != self._T.shape or not np.array_equal(targets, self._T):
+        try:
+            same = np.array_equal(np.asarray(state["targets"], dtype=float), self._T)
+        except (TypeError, ValueError):
+            same = False
+        if not same:
             raise ValueError("state['targets'] does not match this object's targets")
         new = copy_arrays(state, mine, (*self._ARRAYS, "pulls"))
         n = check_count(state["n"], "n")
         ring_n = DebiasedSum.check_ring_n(state["ring_n"])
-        self._n = n
+        initialized = read_bool(state["initialized"], "state['initialized']")
+        for key in ("held", "pulls", "sigma_sum", "S2_sum"):
+            if (new[key] < 0).any():
+                raise ValueError(f"state[{key!r}] must be >= 0, got minimum {new[key].min()!r}")
+        if (new["pulls"].sum(axis=-1) > n).any():
+            raise ValueError(
+                f"state['pulls'] counts more pulls than state['n'] = {n} rounds, got "
+                f"{new['pulls'].tolist()}"
+            )
+        if n > 0 and not initialized:
+            raise ValueError(f"state['initialized'] is False but state['n'] = {n} rounds")
+        return {"n": n, "ring_n": ring_n, "initialized": initialized, **new}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a :meth:`state_dict`: everything is validated first
+        (:meth:`validate_state_dict`), so a failure changes nothing."""
+        new = self.validate_state_dict(state)
+        self._n = new["n"]
         self._generation += 1
-        self._sum.load(new, ring_n, bool(state["initialized"]))
+        self._sum.load(new, new["ring_n"], new["initialized"])
         self._sigma_sum = new["sigma_sum"]
         self._S2_sum = new["S2_sum"]
         self._pulls = new["pulls"]

@@ -448,12 +448,44 @@ class OptimalValueInference:
             **{key: getattr(self, "_" + key).copy() for key in _SUMS},
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a :meth:`state_dict` (validated first; a failure changes nothing)."""
+    def validate_state_dict(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Check a :meth:`state_dict` against this object, changing nothing.
+
+        The configuration must be this object's, every sum a finite array of its shape and
+        dtype, ``n`` and the pull counts non-negative integers (no more pulls than ``n``)
+        and the sums of squares non-negative.
+
+        Returns
+        -------
+        dict
+            ``n`` and validated copies of the sums, for :meth:`load_state_dict`.
+
+        Raises
+        ------
+        ValueError
+            Naming the first key that fails a check.
+        """
+        if not isinstance(state, Mapping):
+            raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         mine = self.state_dict()
         check_config(state, mine, ("kind", "n_actions", "n_trials", "propensities"))
         new = copy_arrays(state, mine, _SUMS)
-        self._n = check_count(state["n"], "n")
+        n = check_count(state["n"], "n")
+        for key in ("sum_q2", "sum_sv", "sigma_num", "pulls"):
+            if (new[key] < 0).any():
+                raise ValueError(f"state[{key!r}] must be >= 0, got minimum {new[key].min()!r}")
+        if (new["pulls"].sum(axis=-1) > n).any():
+            raise ValueError(
+                f"state['pulls'] counts more pulls than state['n'] = {n} rounds, got "
+                f"{new['pulls'].tolist()}"
+            )
+        return {"n": n, **new}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a :meth:`state_dict`: everything is validated first
+        (:meth:`validate_state_dict`), so a failure changes nothing."""
+        new = self.validate_state_dict(state)
+        self._n = new.pop("n")
         for key, arr in new.items():
             setattr(self, "_" + key, arr)
 

@@ -20,8 +20,8 @@ in :mod:`inference.wrappers`.
 from __future__ import annotations
 
 import contextlib
-import math
 import warnings
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -30,6 +30,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorRewardWrapper
 
 from agents.base import problem_shape
 from agents.estimator import LowRankSGD
+from agents.state import read_int
 from agents.warm_start import (
     CompletionWarmStartBuffer,
     WarmStartBuffer,
@@ -48,7 +49,7 @@ from inference.results import (
 from inference.sequences import DEFAULT_TUNING_N
 from lrbandit_gym.decision import split_decision
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
-from lrbandit_gym.validation import check_propensities
+from lrbandit_gym.validation import MAX_MAGNITUDE, check_magnitude, check_propensities
 
 __all__ = ["InferenceWrapperBase"]
 
@@ -326,7 +327,9 @@ class InferenceWrapperBase:
         if isinstance(self.estimator, LowRankSGD):
             xb = self._batched(self._x)
             fp = self.estimator.fingerprint(xb)
-            if np.isfinite(fp).all():
+            # An entry beyond MAX_MAGNITUDE shows in the fingerprint (short of an exact
+            # cancellation against the fixed weights); a NaN fails the comparison.
+            if (np.abs(fp) <= MAX_MAGNITUDE).all():
                 if self._shape.context == "completion":
                     ctx = one_hot_contexts(xb)
                     if ctx is None:
@@ -335,6 +338,9 @@ class InferenceWrapperBase:
                 return fp
         if not np.isfinite(self._x).all():
             raise ValueError("the context the environment returned is not finite (NaN or inf)")
+        check_magnitude(
+            self._x, "the context the environment returned", batched=self.n_trials is not None
+        )
         if self._shape.context == "completion" and one_hot_contexts(self._batched(self._x)) is None:
             self._refuse_not_one_hot(self._batched(self._x))
         return fp  # finite entries (their fingerprint overflowed), or not a LowRankSGD
@@ -359,13 +365,14 @@ class InferenceWrapperBase:
 
     @staticmethod
     def _check_reward(reward, b):
-        if b is None and isinstance(reward, float) and math.isfinite(reward):
-            return np.array([reward])  # a single env's reward, the common case
+        if b is None and isinstance(reward, float) and abs(reward) <= MAX_MAGNITUDE:
+            return np.array([reward])  # a single env's reward, the common case (NaN fails)
         r = np.array(reward, dtype=float, ndmin=1)
         if not np.isfinite(r).all():
             i = int(np.argmax(~np.isfinite(r)))
             where = "" if b is None else f" (trial {i})"
             raise ValueError(f"reward must be finite; got {r[i]!r}{where}")
+        check_magnitude(r, "reward", batched=b is not None)  # its square must be finite
         return r
 
     def _estimate_ready(self) -> bool:
@@ -565,16 +572,112 @@ class InferenceWrapperBase:
             "obs": None if self._obs is None else np.array(self._obs, copy=True),
         }
 
-    def _load_common(self, state: dict[str, Any]) -> None:
+    def _check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Check a wrapper's :meth:`state_dict` against this wrapper, changing nothing.
+
+        Every part is validated before anything is assigned, as the agents do
+        (:mod:`agents.state`): the round counters are non-negative integers, the core's
+        state passes its ``validate_state_dict``, the own estimator's state and warm-start
+        buffer (rebuilt on a new buffer) pass theirs and agree (during the warm start an
+        uninitialised estimator beside a buffer of ``rounds_seen`` rounds, after it an
+        initialised one that has taken ``rounds_seen - warm_start`` steps), a wrapper that
+        shares its estimator holds neither, and the stored observation is a finite context
+        of this environment's shape.
+
+        Returns
+        -------
+        dict
+            The validated counters, the rebuilt buffer and a copy of the observation.
+
+        Raises
+        ------
+        ValueError
+            Naming the first key of ``state`` that fails a check.
+        """
+        if not isinstance(state, Mapping):
+            raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+        keys = ("rounds_seen", "rounds_skipped", "estimator", "buffer", "obs", "core")
+        missing = [k for k in keys if k not in state]
+        if missing:
+            raise ValueError(f"state is missing keys {missing}")
+        seen = read_int(state["rounds_seen"], "state['rounds_seen']")
+        skipped = read_int(state["rounds_skipped"], "state['rounds_skipped']")
+        if skipped > seen:
+            raise ValueError(
+                f"state['rounds_skipped'] = {skipped} exceeds state['rounds_seen'] = {seen}"
+            )
+        self._check_part(self.core.validate_state_dict, state["core"], "core")
+        buffer = None
+        if self.owns_estimator:
+            est = self._check_part(
+                self.estimator.validate_state_dict, state["estimator"], "estimator"
+            )
+            if state["buffer"] is not None:
+                buffer = self._new_buffer()
+                self._check_part(buffer.load_state_dict, state["buffer"], "buffer")
+                if est["initialized"] or buffer.n != seen:
+                    raise ValueError(
+                        f"state['buffer'] holds {buffer.n} warm-start rounds beside "
+                        f"state['rounds_seen'] = {seen} and an estimator with initialized = "
+                        f"{est['initialized']}: during the own warm start the buffer holds "
+                        "every round seen and the estimator is not initialised yet"
+                    )
+            elif not est["initialized"] or est["t"] != seen - self.warm_start_rounds:
+                raise ValueError(
+                    f"state['buffer'] is None, so the own warm start of "
+                    f"{self.warm_start_rounds} rounds is over, but state['estimator'] has "
+                    f"initialized = {est['initialized']} and t = {est['t']} (expected an "
+                    f"initialised estimator with t = rounds_seen - {self.warm_start_rounds} "
+                    f"= {seen - self.warm_start_rounds})"
+                )
+        else:
+            for key in ("estimator", "buffer"):
+                if state[key] is not None:
+                    raise ValueError(
+                        f"state[{key!r}] must be None: this wrapper shares its estimator "
+                        "(the state was saved by a wrapper with its own; restore the shared "
+                        "estimator through its owner)"
+                    )
+        obs = None if state["obs"] is None else self._check_obs(state["obs"])
+        return {"rounds_seen": seen, "rounds_skipped": skipped, "buffer": buffer, "obs": obs}
+
+    @staticmethod
+    def _check_part(validate, part, key: str):
+        """``validate(part)`` for ``state[key]``, its errors naming ``state[key]``."""
+        if not isinstance(part, Mapping):
+            raise ValueError(f"state[{key!r}] must be a dict, got {type(part).__name__}")
+        try:
+            return validate(part)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"state[{key!r}] is invalid: {exc}") from None
+
+    def _check_obs(self, obs) -> np.ndarray:
+        """A copy of a stored observation, checked as a context of this environment: the
+        shape, finite entries (of magnitude up to MAX_MAGNITUDE), or an index in range."""
+        try:
+            arr = np.array(obs, copy=True)
+            x = self._context(arr)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"state['obs'] is not a context of this environment: {exc}") from None
+        if self._shape.context == "completion" and (
+            isinstance(x, OneHotContexts) or is_index_like(x, self.n_trials)
+        ):
+            check_index(arr, self.d1, self.d2, self.n_trials, name="state['obs']")
+        else:
+            check_magnitude(x, "state['obs']", batched=self.n_trials is not None)
+        return arr
+
+    def _load_common(self, state: Mapping[str, Any]) -> None:
+        """Restore a wrapper's :meth:`state_dict`: :meth:`_check_state` validates every part
+        first, so a state that fails changes nothing; then each part is assigned (the core
+        and the estimator from states already validated, which cannot fail)."""
+        checked = self._check_state(state)
+        self.core.load_state_dict(state["core"])
         self._restored()
-        self.rounds_seen = int(state["rounds_seen"])
-        self.rounds_skipped = int(state["rounds_skipped"])
+        self.rounds_seen = checked["rounds_seen"]
+        self.rounds_skipped = checked["rounds_skipped"]
         if self.owns_estimator:
             self.estimator.load_state_dict(state["estimator"])
-            if state["buffer"] is None:
-                self._buffer = None
-            else:
-                self._buffer = self._new_buffer()
-                self._buffer.load_state_dict(state["buffer"])
-        if state["obs"] is not None:
-            self._set_obs(np.array(state["obs"], copy=True))
+            self._buffer = checked["buffer"]
+        if checked["obs"] is not None:
+            self._set_obs(checked["obs"])

@@ -187,7 +187,9 @@ class _ParameterMixin(InferenceWrapperBase):
         return {**self._state_common(), "core": self.core.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.core.load_state_dict(state["core"])
+        """Restore a :meth:`state_dict`: every part (counters, core, own estimator and
+        warm-start buffer, observation) is validated before any is assigned, so a state
+        that fails raises :class:`ValueError` naming the key and changes nothing."""
         self._load_common(state)
 
 
@@ -271,7 +273,9 @@ class _ValueMixin(InferenceWrapperBase):
         return {**self._state_common(), "core": self.core.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.core.load_state_dict(state["core"])
+        """Restore a :meth:`state_dict`: every part (counters, core, own estimator and
+        warm-start buffer, observation) is validated before any is assigned, so a state
+        that fails raises :class:`ValueError` naming the key and changes nothing."""
         self._load_common(state)
 
 

@@ -13,7 +13,7 @@ from gymnasium import spaces
 
 from lrbandit_gym.sampling import CONTEXTS, NOISES
 from lrbandit_gym.truth import draw_low_rank_truth, optimal_value, validate_params
-from lrbandit_gym.validation import check_positive_int
+from lrbandit_gym.validation import MAX_MAGNITUDE, check_positive_int
 
 __all__ = [
     "OBSERVATIONS",
@@ -76,6 +76,11 @@ class BanditProblem:
             )
         if not np.all(np.isfinite(std)) or np.any(std < 0):
             raise ValueError(f"noise_std must be finite and non-negative; got {noise_std!r}")
+        if np.any(std > MAX_MAGNITUDE):
+            raise ValueError(
+                f"noise_std must be at most MAX_MAGNITUDE = {MAX_MAGNITUDE:g} (the variance and "
+                f"the rewards' squares must stay finite); got {noise_std!r}"
+            )
         self.noise_std = std
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
@@ -91,6 +96,22 @@ class BanditProblem:
                     f"got singular_values={singular_values!r}"
                 )
             self.params = validate_params(params, self.n_actions, self.d1, self.d2, self.rank)
+        # ‖M_a‖_F sets the scale of the rewards, of the Gram matrix <M_a, M_b> and of V*:
+        # a truth whose norm squared overflows float64 gives an infinite V* and rewards no
+        # estimator can absorb.
+        with np.errstate(over="ignore", invalid="ignore"):
+            norms = np.linalg.norm(self.params.reshape(self.n_actions, -1), axis=1)
+        if not np.all(norms <= MAX_MAGNITUDE):
+            arm = int(np.argmax(~(norms <= MAX_MAGNITUDE)))
+            if params is None:
+                which = f"singular_values={singular_values!r}"
+            else:
+                which = f"params with largest entry {float(np.abs(self.params).max()):.3g}"
+            raise ValueError(
+                f"the truth's Frobenius norm ‖M_{arm}‖_F = {norms[arm]:.3g} exceeds "
+                f"MAX_MAGNITUDE = {MAX_MAGNITUDE:g}, so V* and the rewards' squares are not "
+                f"finite in float64; got {which}: rescale to order 1"
+            )
         self.params.setflags(write=False)
         self.truth_seed = truth_seed
         #: (K, d1·d2) view used for every oracle reward: one matrix-vector product.
@@ -185,6 +206,7 @@ def observation_space(problem: BanditProblem, flatten: bool, observation: str) -
     if p.context == "gaussian":
         return spaces.Box(-np.inf, np.inf, shape, dtype=p.dtype)
     return spaces.Box(0.0, 1.0, shape, dtype=p.dtype)
+
 
 def check_truth_seed(truth_seed) -> None:
     """Raise unless ``truth_seed`` is an integer >= 0, a ``SeedSequence`` or None, naming

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "MAX_MAGNITUDE",
     "MIN_PROPENSITY",
     "PROPENSITY_TOL",
     "check_actions",
@@ -36,6 +37,7 @@ __all__ = [
     "check_factors",
     "check_finite",
     "check_flags",
+    "check_magnitude",
     "check_matrix_stack",
     "check_n_trials",
     "check_positive_float",
@@ -54,6 +56,14 @@ PROPENSITY_TOL = 1e-6
 #: propensities): below it one round would weigh more than 10**6 ordinary ones and dominate
 #: every estimate and variance.  A policy that reports less must explore more.
 MIN_PROPENSITY = 1e-6
+
+
+#: Largest magnitude accepted for a value that enters an estimate or a running sum (a
+#: reward, a context, factor, target or M_init entry, a prediction).  Its square, about
+#: 1e300, is still a float64, so one round's squared residual or squared weight cannot
+#: overflow into an infinity that would turn every later interval into NaN; any realistic
+#: data is hundreds of orders of magnitude below it.
+MAX_MAGNITUDE = 1e150
 
 
 def _too_small(name: str, a: int, value: float, where: str = "") -> ValueError:
@@ -138,10 +148,44 @@ def check_finite(arr: np.ndarray, name: str, *, batched: bool = False) -> None:
     raise ValueError(f"{name} must be finite, got {value!r}{_where(index, batched)}")
 
 
+def check_magnitude(arr: np.ndarray, name: str, *, batched: bool = False) -> None:
+    """Raise unless every entry of ``arr`` is finite with magnitude at most
+    :data:`MAX_MAGNITUDE`, naming the first offending entry (and trial, ``batched``).
+
+    One pass (``max`` and ``min``, no temporary) when the array is valid; a NaN makes
+    both comparisons fail, so non-finite entries are caught too.
+    """
+    if arr.size == 0 or arr.dtype.kind in "biu":
+        return
+    if arr.max() <= MAX_MAGNITUDE and arr.min() >= -MAX_MAGNITUDE:
+        return
+    check_finite(arr, name, batched=batched)
+    big = np.abs(arr) > MAX_MAGNITUDE
+    index = tuple(int(i) for i in np.argwhere(big)[0])
+    raise ValueError(
+        f"{name} must have entries of magnitude <= MAX_MAGNITUDE = {MAX_MAGNITUDE:g} (their "
+        f"squares must stay finite in float64), got {arr[index]!r}{_where(index, batched)}: "
+        "rescale the data to order 1"
+    )
+
+
+def _check_scalar_magnitude(value: float, name: str) -> None:
+    """:func:`check_magnitude` for one finite Python float."""
+    if abs(value) > MAX_MAGNITUDE:
+        raise ValueError(
+            f"{name} must have magnitude <= MAX_MAGNITUDE = {MAX_MAGNITUDE:g} (its square "
+            f"must stay finite in float64), got {value!r}: rescale the data to order 1"
+        )
+
+
 def check_context(
-    X: Any, d1: int, d2: int, n_trials: int | None = None, name: str = "X"
+    X: Any, d1: int, d2: int, n_trials: int | None = None, name: str = "X", *, bounded=False
 ) -> np.ndarray:
     """Return the context(s) as a float64 array of shape ``(d1, d2)`` or ``(B, d1, d2)``.
+
+    Entries must be finite; with ``bounded`` (the paths that store or sum contexts, such as
+    the warm-start buffers) also of magnitude at most :data:`MAX_MAGNITUDE`.  Acting on a
+    huge context changes nothing, so ``act`` and ``predict`` leave it to their own checks.
 
     Parameters
     ----------
@@ -153,9 +197,14 @@ def check_context(
         Batch size ``B``; None for the unbatched API.
     name : str
         Argument name used in error messages.
+    bounded : bool, default False
+        Whether entries beyond :data:`MAX_MAGNITUDE` are refused.
     """
     arr = _context_array(X, d1, d2, n_trials, name)
-    check_finite(arr, name, batched=n_trials is not None)
+    if bounded:
+        check_magnitude(arr, name, batched=n_trials is not None)
+    else:
+        check_finite(arr, name, batched=n_trials is not None)
     return arr
 
 
@@ -236,7 +285,8 @@ def check_actions(
 
 
 def check_rewards(reward: Any, n_trials: int | None = None, name: str = "reward") -> np.ndarray:
-    """Return the reward(s) as a float64 array of shape ``(1,)`` or ``(B,)``, all finite."""
+    """Return the reward(s) as a float64 array of shape ``(1,)`` or ``(B,)``, all finite and
+    of magnitude at most :data:`MAX_MAGNITUDE`."""
     if n_trials is None:
         is_real = isinstance(reward, numbers.Real) or (
             isinstance(reward, np.ndarray) and reward.shape == () and reward.dtype.kind in "iuf"
@@ -246,6 +296,7 @@ def check_rewards(reward: Any, n_trials: int | None = None, name: str = "reward"
         r = float(reward)
         if not math.isfinite(r):
             raise ValueError(f"{name} must be finite, got {r!r}")
+        _check_scalar_magnitude(r, name)
         return np.array([r])
     try:
         arr = np.asarray(reward, dtype=np.float64)
@@ -253,7 +304,7 @@ def check_rewards(reward: Any, n_trials: int | None = None, name: str = "reward"
         raise ValueError(f"{name} must be a real array, got {reward!r}") from None
     if arr.shape != (n_trials,):
         raise ValueError(f"{name} must have shape ({n_trials},), got shape {arr.shape}")
-    check_finite(arr, name, batched=True)
+    check_magnitude(arr, name, batched=True)
     return arr
 
 
@@ -426,7 +477,8 @@ def _as_float_array(value: Any, name: str) -> np.ndarray:
 def check_matrix_stack(
     value: Any, shape: tuple[int, ...], n_trials: int | None, name: str
 ) -> np.ndarray:
-    """Return a finite float64 array of shape ``(B, *shape)``.
+    """Return a finite float64 array of shape ``(B, *shape)``, entries of magnitude at most
+    :data:`MAX_MAGNITUDE`.
 
     Unbatched (``n_trials=None``) the input must have shape ``shape``; batched, it must have
     shape ``(n_trials, *shape)``.
@@ -435,7 +487,7 @@ def check_matrix_stack(
     expected = shape if n_trials is None else (n_trials, *shape)
     if arr.shape != expected:
         raise ValueError(f"{name} must have shape {expected}, got shape {arr.shape}")
-    check_finite(arr, name, batched=n_trials is not None)
+    check_magnitude(arr, name, batched=n_trials is not None)
     return arr.reshape((1, *shape)) if n_trials is None else arr
 
 
@@ -449,7 +501,8 @@ def check_factors(
 
 
 def check_batch_vector(value: Any, n_trials: int | None, name: str) -> np.ndarray:
-    """Return one finite real per trial as float64 of shape ``(B,)``.
+    """Return one finite real per trial (magnitude at most :data:`MAX_MAGNITUDE`) as
+    float64 of shape ``(B,)``.
 
     Unbatched: a scalar.  Batched: an array of shape ``(n_trials,)``.
     """
@@ -464,11 +517,12 @@ def check_batch_vector(value: Any, n_trials: int | None, name: str) -> np.ndarra
             raise ValueError(f"{name} must be a finite real number, got {value!r}") from None
         if not math.isfinite(v):
             raise ValueError(f"{name} must be finite, got {v!r}")
+        _check_scalar_magnitude(v, name)
         return np.array([v])
     arr = _as_float_array(value, name)
     if arr.shape != (n_trials,):
         raise ValueError(f"{name} must have shape ({n_trials},), got shape {arr.shape}")
-    check_finite(arr, name, batched=True)
+    check_magnitude(arr, name, batched=True)
     return arr
 
 
@@ -494,7 +548,10 @@ def check_targets(
     """Return ``(names, stack)`` with ``stack`` of shape ``(n_targets, d1, d2)``.
 
     ``targets`` maps names to ``(d1, d2)`` matrices ``T``; an iterable of ``(name, T)``
-    pairs is accepted too, and a repeated name is then an error.
+    pairs is accepted too, and a repeated name is then an error.  Every ``T`` must be finite
+    with entries of magnitude at most :data:`MAX_MAGNITUDE` (:func:`check_magnitude`) and
+    not all zero (``<M_a, 0> = 0`` has no variance to estimate: its interval would be NaN
+    at every round).
     """
     if isinstance(targets, Mapping):
         items = list(targets.items())
@@ -523,7 +580,13 @@ def check_targets(
             raise ValueError(
                 f"targets[{name!r}] must have shape ({d1}, {d2}), got shape {arr.shape}"
             )
-        check_finite(arr, f"targets[{name!r}]")
+        check_magnitude(arr, f"targets[{name!r}]")
+        if not arr.any():
+            raise ValueError(
+                f"targets[{name!r}] is all zero: <M_a, T> = 0 for every arm whatever the data, "
+                "so there is nothing to estimate (its variance is 0 and its interval would stay "
+                "NaN); drop it or give a non-zero T"
+            )
         names.append(name)
         mats.append(arr)
     return tuple(names), np.stack(mats)

@@ -38,6 +38,7 @@ from agents.warm_start import (
     warm_start_buffer_bytes,
 )
 from lrbandit_gym import engine
+from lrbandit_gym.validation import MAX_MAGNITUDE
 
 numba_only = pytest.mark.skipif(not engine.numba_available(), reason="needs numba (fast extra)")
 
@@ -205,7 +206,7 @@ def test_a_failing_fit_changes_nothing_and_the_next_round_completes_it():
     d = ag.act(obs)
     after_act = snap(ag)
     with np.errstate(all="ignore"), pytest.raises(FloatingPointError, match="M_init=") as exc:
-        ag.update(obs, d, 1e300)  # the fit overflows on it
+        ag.update(obs, d, MAX_MAGNITUDE)  # the largest reward accepted: the fit fails on it
     assert "was not absorbed" in str(exc.value) and "29 earlier rounds" in str(exc.value)
     assert snap(ag) == after_act and after_act != before
     assert ag.in_warm_start and ag.t == 29
@@ -365,7 +366,8 @@ def test_huge_contexts_act_correctly_or_raise_before_any_change(cls, scale):
 
 
 @pytest.mark.parametrize("cls", POLICIES)
-def test_huge_reward_is_absorbed_finitely_or_refused_before_any_change(cls):
+@pytest.mark.parametrize("reward", [MAX_MAGNITUDE, -1e300])
+def test_huge_reward_is_absorbed_finitely_or_refused_before_any_change(cls, reward):
     env = small_env()
     agent, obs = trained(cls, env)
     d = agent.act(obs)
@@ -373,8 +375,11 @@ def test_huge_reward_is_absorbed_finitely_or_refused_before_any_change(cls):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            agent.update(obs, d, 1e300)
+            agent.update(obs, d, reward)
     except FloatingPointError:
+        assert snap(agent) == before
+    except ValueError as exc:  # beyond MAX_MAGNITUDE: its square would overflow
+        assert abs(reward) > MAX_MAGNITUDE and "MAX_MAGNITUDE" in str(exc)
         assert snap(agent) == before
     else:
         for value in agent.state_dict().values():
@@ -407,7 +412,7 @@ def test_linear_peer_refuses_a_1e200_context_and_theta_stays_finite():
 
 @pytest.mark.parametrize(
     ("scale", "reward", "match"),
-    [(1e9, 1.0, "singular"), (1.0, 1e300, "overflow"), (1e200, 1.0, "overflow")],
+    [(1e9, 1.0, "singular"), (1.0, MAX_MAGNITUDE, "overflow"), (1e200, 1.0, "overflow")],
 )
 def test_ensemble_refuses_a_round_it_cannot_absorb_generator_included(scale, reward, match):
     pol = EnsembleSampling(d1=4, d2=3, n_models=5, seed=0)
@@ -437,7 +442,7 @@ def test_batched_ensemble_round_is_all_or_nothing():
     x = rng.standard_normal((4, 4, 3))
     d = pol.act(x)
     before = snap(pol)
-    rewards = np.array([0.1, 0.2, 0.3, 1e300])  # the last trial's block fails
+    rewards = np.array([0.1, 0.2, 0.3, MAX_MAGNITUDE])  # the last trial's block fails
     with pytest.raises(FloatingPointError, match="trial 3"):
         pol.update(x, d, rewards)
     assert snap(pol) == before

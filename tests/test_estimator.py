@@ -512,7 +512,7 @@ def test_divergence_raises_without_corrupting_state():
     est.initialize(np.random.default_rng(0).standard_normal((2, 5, 4)))
     before = est.state_dict()
     with pytest.raises(FloatingPointError, match="step_scale"), np.errstate(all="ignore"):
-        est.update(np.full((5, 4), 1e10), 0, 1e300, np.array([0.5, 0.5]))
+        est.update(np.full((5, 4), 1e10), 0, 1e150, np.array([0.5, 0.5]))
     assert _states_equal(est.state_dict(), before)
 
 

@@ -1,0 +1,410 @@
+"""Issue 26, items 1, 5 and 6: atomic, validated wrapper state; absurd values refused before
+they poison a running sum; an all-zero target refused at construction.
+
+Each test fails on the code before the fix: a bad state was partly assigned or accepted, a
+value of 1e300 or 1e200 turned every later interval into NaN, and an all-zero target gave
+NaN forever.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import lrbandit_gym
+from agents import EpsilonGreedy, UniformRandom
+from agents.estimator import LowRankSGD
+from inference import (
+    LinearFormInference,
+    OptimalValueInference,
+    ParameterInference,
+    ValueInference,
+)
+from lrbandit_gym import Decision
+from lrbandit_gym.validation import MAX_MAGNITUDE
+
+D1, D2, RANK, K = 4, 3, 1, 2
+WARM = 30
+P = np.array([0.5, 0.5])
+
+
+def _target():
+    T = np.zeros((D1, D2))
+    T[0, 0] = 1.0
+    return {"T": T}
+
+
+def _wrapper(cls, rounds, *, env=None):
+    """A wrapper with its own estimator after ``rounds`` uniform rounds (warm start: 30)."""
+    env = env or lrbandit_gym.MatrixContextBanditEnv(
+        d1=D1, d2=D2, rank=RANK, n_actions=K, truth_seed=0
+    )
+    if cls is ParameterInference:
+        w = cls(env, _target(), rank=RANK, warm_start=WARM)
+    else:
+        w = cls(env, rank=RANK, warm_start=WARM)
+    agent = UniformRandom(env, seed=rounds)
+    obs, _ = w.reset(seed=rounds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(rounds):
+            obs, *_ = w.step(agent.act(obs))
+    return w
+
+
+def _copy(value):
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    return value
+
+
+def _assert_same(a, b, where="state"):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _assert_same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype, where
+        assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), where
+    else:
+        assert type(a) is type(b) and a == b, where
+
+
+def _set(path, value):
+    """A mutation of a state: ``state[path[0]][path[1]]... = value``."""
+
+    def apply(state):
+        node = state
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value(node[path[-1]]) if callable(value) else value
+        return state
+
+    return apply
+
+
+def _nan(arr):
+    arr = arr.copy()
+    arr.flat[0] = np.nan
+    return arr
+
+
+BAD_FIELDS = [
+    # (id, mutation, message naming the field, phases where it applies)
+    ("estimator-nan", _set(("estimator", "U"), _nan), r"state\['estimator'\].*'U'", "ab"),
+    (
+        "estimator-initialized-no",
+        _set(("estimator", "initialized"), "no"),
+        r"state\['estimator'\].*initialized",
+        "ab",
+    ),
+    ("junk-buffer", _set(("buffer",), {"junk": 1}), r"state\['buffer'\]", "ab"),
+    ("buffer-a-string", _set(("buffer",), "junk"), r"state\['buffer'\] must be a dict", "ab"),
+    ("rounds_seen-negative", _set(("rounds_seen",), -5), r"state\['rounds_seen'\]", "ab"),
+    ("rounds_seen-fraction", _set(("rounds_seen",), 2.7), r"state\['rounds_seen'\]", "ab"),
+    ("rounds_seen-string", _set(("rounds_seen",), "3"), r"state\['rounds_seen'\]", "ab"),
+    ("rounds_seen-bool", _set(("rounds_seen",), True), r"state\['rounds_seen'\]", "ab"),
+    ("rounds_skipped-negative", _set(("rounds_skipped",), -1), r"state\['rounds_skipped'\]", "ab"),
+    (
+        "rounds_skipped-too-many",
+        _set(("rounds_skipped",), 10**6),
+        r"state\['rounds_skipped'\]",
+        "ab",
+    ),
+    ("obs-nan", _set(("obs",), _nan), r"state\['obs'\].*finite", "ab"),
+    ("obs-absurd", _set(("obs",), lambda o: o * 1e200), r"state\['obs'\].*MAX_MAGNITUDE", "ab"),
+    ("obs-shape", _set(("obs",), np.zeros(3)), r"state\['obs'\]", "ab"),
+    ("obs-text", _set(("obs",), "abc"), r"state\['obs'\]", "ab"),
+    ("core-n-negative", _set(("core", "n"), -1), r"state\['core'\].*'n'", "ab"),
+    (
+        "core-pulls-negative",
+        _set(("core", "pulls"), lambda p: p - 10**6),
+        r"state\['core'\].*'pulls'",
+        "ab",
+    ),
+    ("core-not-a-dict", _set(("core",), [1, 2]), r"state\['core'\] must be a dict", "ab"),
+    (
+        "missing-obs",
+        lambda s: {k: v for k, v in s.items() if k != "obs"},
+        r"missing keys \['obs'\]",
+        "ab",
+    ),
+    # a warm-start buffer beside an initialised estimator, and no buffer beside an
+    # uninitialised one
+    (
+        "buffer-after-warm-start",
+        lambda s: {**s, "buffer": _wrapper_state_in_warm_start()},
+        r"state\['buffer'\]",
+        "b",
+    ),
+    ("no-buffer-in-warm-start", _set(("buffer",), None), r"state\['buffer'\] is None", "a"),
+]
+
+
+_CACHE: dict = {}
+
+
+def _wrapper_state_in_warm_start():
+    if "warm" not in _CACHE:
+        _CACHE["warm"] = _wrapper(ParameterInference, 12).state_dict()["buffer"]
+    return _copy(_CACHE["warm"])
+
+
+@pytest.mark.parametrize("cls", [ParameterInference, ValueInference])
+@pytest.mark.parametrize(
+    "phase, mutate, match",
+    [(phase, *b[1:3]) for b in BAD_FIELDS for phase in b[3]],
+    ids=[
+        f"{b[0]}-{'in' if phase == 'a' else 'after'}-warm-start"
+        for b in BAD_FIELDS
+        for phase in b[3]
+    ],
+)
+def test_a_bad_wrapper_state_is_refused_naming_the_field_and_changes_nothing(
+    cls, phase, mutate, match
+):
+    rounds = 12 if phase == "a" else 45
+    target = _wrapper(cls, rounds)
+    # The bad state comes from another run (other rounds, other data), so that any part
+    # assigned before the failure shows in the target's state.
+    source = _wrapper(cls, rounds + 3).state_dict()
+    bad = mutate(_copy(source))
+    before = _copy(target.state_dict())
+    with pytest.raises(ValueError, match=match):
+        target.load_state_dict(bad)
+    _assert_same(before, target.state_dict())
+    target.load_state_dict(source)  # the good state still loads whole
+    _assert_same(source, target.state_dict())
+
+
+@pytest.mark.parametrize("cls", [ParameterInference])
+def test_a_core_state_with_initialized_no_is_refused(cls):
+    target = _wrapper(cls, 45)
+    bad = _copy(_wrapper(cls, 48).state_dict())
+    bad["core"]["initialized"] = "no"
+    before = _copy(target.state_dict())
+    with pytest.raises(ValueError, match=r"state\['core'\].*'initialized'\] must be a bool"):
+        target.load_state_dict(bad)
+    _assert_same(before, target.state_dict())
+
+
+def test_a_wrapper_that_shares_its_estimator_refuses_an_own_estimators_state():
+    env = lrbandit_gym.MatrixContextBanditEnv(d1=D1, d2=D2, rank=RANK, n_actions=K, truth_seed=0)
+    agent = EpsilonGreedy(env, rank=RANK, warm_start=WARM, seed=0)
+    shared = ParameterInference(env, _target(), estimator=agent.estimator)
+    own_state = _wrapper(ParameterInference, 45).state_dict()
+    before = _copy(shared.state_dict())
+    with pytest.raises(ValueError, match=r"state\['estimator'\] must be None.*shares"):
+        shared.load_state_dict(own_state)
+    _assert_same(before, shared.state_dict())
+
+
+@pytest.mark.parametrize("cls", [ParameterInference, ValueInference])
+def test_a_restored_wrapper_continues_bit_identically(cls):
+    a = _wrapper(cls, 45)
+    b = _wrapper(cls, 20)
+    b.load_state_dict(_copy(a.state_dict()))
+    agent_a, agent_b = UniformRandom(a, seed=7), UniformRandom(b, seed=7)
+    obs_a = a.unwrapped.checkpoint()
+    b.unwrapped.restore(obs_a)
+    oa = ob = a.state_dict()["obs"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(10):
+            oa, *_ = a.step(agent_a.act(oa))
+            ob, *_ = b.step(agent_b.act(ob))
+    _assert_same(a.state_dict(), b.state_dict())
+
+
+# ---------------------------------------------------------------- item 5: absurd values
+def _core(rounds=20):
+    rng = np.random.default_rng(0)
+    core = LinearFormInference(D1, D2, RANK, K, _target())
+    for t in range(rounds):
+        core.update(
+            rng.standard_normal((K, D1, RANK)),
+            rng.standard_normal((K, D2, RANK)),
+            rng.standard_normal((D1, D2)),
+            t % 2,
+            float(rng.normal()),
+            P,
+        )
+    return core
+
+
+def _round(scale_u=1.0, scale_v=1.0, scale_x=1.0, reward=1.0):
+    rng = np.random.default_rng(1)
+    return (
+        rng.standard_normal((K, D1, RANK)) * scale_u,
+        rng.standard_normal((K, D2, RANK)) * scale_v,
+        rng.standard_normal((D1, D2)) * scale_x,
+        0,
+        reward,
+        P,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (_round(reward=1e300), r"reward must have magnitude <= MAX_MAGNITUDE.*1e\+300"),
+        (_round(reward=-1e160), r"reward must have magnitude.*-1e\+160"),
+        (_round(scale_x=1e200), r"X must have entries of magnitude"),
+        (_round(scale_u=1e200), r"U must have entries of magnitude"),
+        (_round(scale_v=1e200), r"V must have entries of magnitude"),
+    ],
+    ids=["reward-1e300", "reward-1e160", "context-1e200", "U-1e200", "V-1e200"],
+)
+def test_the_linear_form_core_refuses_absurd_values_and_stays_usable(args, match):
+    core = _core()
+    before = _copy(core.state_dict())
+    with pytest.raises(ValueError, match=match):
+        core.update(*args)
+    _assert_same(before, core.state_dict())
+    core.update(*_round())
+    ci = core.interval(0, "T")
+    assert np.isfinite([ci.estimate, ci.low, ci.high]).all()
+
+
+def test_the_value_core_refuses_an_absurd_reward_and_prediction():
+    rng = np.random.default_rng(0)
+    core = OptimalValueInference(K)
+    for t in range(20):
+        core.update(rng.standard_normal(K), t % 2, float(rng.normal()), P)
+    before = _copy(core.state_dict())
+    with pytest.raises(ValueError, match=r"reward must have magnitude.*1e\+300"):
+        core.update(np.zeros(K), 0, 1e300, P)
+    with pytest.raises(ValueError, match=r"predictions must have entries of magnitude"):
+        core.update(np.array([1e200, 0.0]), 0, 1.0, P)
+    _assert_same(before, core.state_dict())
+    assert np.isfinite(core.interval().estimate)
+
+
+def test_the_estimator_refuses_an_absurd_reward_with_a_value_error():
+    rng = np.random.default_rng(0)
+    est = LowRankSGD(D1, D2, RANK, K)
+    est.initialize(rng.standard_normal((K, D1, D2)))
+    before = est.state_dict()
+    with pytest.raises(ValueError, match=r"reward must have magnitude.*1e\+300"):
+        est.update(rng.standard_normal((D1, D2)), 0, 1e300, P)
+    _assert_same(before, est.state_dict())
+
+
+def test_an_agent_in_its_warm_start_refuses_an_absurd_reward():
+    env = lrbandit_gym.MatrixContextBanditEnv(d1=D1, d2=D2, rank=RANK, n_actions=K, truth_seed=0)
+    agent = EpsilonGreedy(env, rank=RANK, warm_start=WARM, seed=0)
+    obs, _ = env.reset(seed=0)
+    for _ in range(5):
+        decision = agent.act(obs)
+        nxt, reward, *_ = env.step(decision)
+        agent.update(obs, decision, reward)
+        obs = nxt
+    decision = agent.act(obs)
+    before = agent.state_dict()
+    with pytest.raises(ValueError, match=r"reward must have magnitude.*1e\+300"):
+        agent.update(obs, decision, 1e300)
+    _assert_same(before, agent.state_dict())
+
+
+def _patched_env(reward_scale=1.0, obs_scale=1.0):
+    env = lrbandit_gym.MatrixContextBanditEnv(d1=D1, d2=D2, rank=RANK, n_actions=K, truth_seed=0)
+    step = env.step
+    scales = {"reward": 1.0, "obs": 1.0}
+
+    def scaled_step(action):
+        obs, reward, terminated, truncated, info = step(action)
+        return obs * scales["obs"], reward * scales["reward"], terminated, truncated, info
+
+    env.step = scaled_step
+    return env, scales
+
+
+@pytest.mark.parametrize("cls", [ParameterInference, ValueInference])
+@pytest.mark.parametrize("rounds", [12, 45], ids=["in-warm-start", "after-warm-start"])
+def test_a_wrapper_refuses_an_absurd_reward_before_anything_changes(cls, rounds):
+    env, scales = _patched_env()
+    w = _wrapper(cls, rounds, env=env)
+    obs = w.state_dict()["obs"]
+    before = _copy(w.state_dict())
+    scales["reward"] = 1e300
+    with pytest.raises(ValueError, match=r"reward must have .*magnitude <= MAX_MAGNITUDE"):
+        w.step(UniformRandom(w, seed=0).act(obs))
+    _assert_same(before, w.state_dict())
+    scales["reward"] = 1.0
+    agent = UniformRandom(w, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(40):
+            obs, *_ = w.step(agent.act(obs))
+    ci = w.interval(0, "T") if cls is ParameterInference else w.interval()
+    assert np.isfinite([ci.estimate, ci.low, ci.high]).all()
+
+
+@pytest.mark.parametrize("cls", [ParameterInference, ValueInference])
+def test_a_wrapper_refuses_an_absurd_context_before_anything_changes(cls):
+    env, scales = _patched_env()
+    w = _wrapper(cls, 44, env=env)
+    decision = Decision(0, P)  # an agent would refuse the context itself
+    scales["obs"] = 1e200
+    w.step(decision)  # the huge context is returned...
+    before = _copy(w.state_dict())
+    with pytest.raises(ValueError, match=r"context the environment returned.*MAX_MAGNITUDE"):
+        w.step(decision)  # ...and refused before the round it would enter
+    _assert_same(before, w.state_dict())
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"singular_values": 1e200}, r"singular_values=1e\+200"),
+        ({"singular_values": [1e155]}, r"singular_values=\[1e\+155\]"),
+        ({"params": np.ones((K, D1, D2)) * 1e200, "rank": 1}, r"params with largest entry"),
+        ({"noise_std": 1e200}, r"noise_std must be at most MAX_MAGNITUDE"),
+    ],
+    ids=["sv-1e200", "sv-1e155", "params-1e200", "noise-1e200"],
+)
+def test_the_env_refuses_a_truth_whose_v_star_or_norm_is_not_finite(kwargs, match):
+    kwargs = {"d1": D1, "d2": D2, "rank": RANK, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        gym.make("MatrixContextBandit-v0", **kwargs)
+
+
+def test_the_env_still_takes_a_large_but_absorbable_truth():
+    env = gym.make("MatrixContextBandit-v0", d1=D1, d2=D2, rank=RANK, singular_values=1e100)
+    assert np.isfinite(env.unwrapped.optimal_value)
+
+
+@pytest.mark.parametrize("scale", [1e160, -1e200])
+def test_a_target_with_absurd_entries_is_refused_naming_it(scale):
+    T = np.eye(D1, D2) * scale
+    with pytest.raises(ValueError, match=r"targets\['big'\] must have entries of magnitude"):
+        LinearFormInference(D1, D2, RANK, K, {"big": T})
+    env = lrbandit_gym.MatrixContextBanditEnv(d1=D1, d2=D2, rank=RANK, n_actions=K)
+    with pytest.raises(ValueError, match=r"targets\['big'\]"):
+        ParameterInference(env, {"ok": np.eye(D1, D2), "big": T})
+
+
+def test_max_magnitude_leaves_room_for_squares():
+    assert np.isfinite(np.float64(MAX_MAGNITUDE) ** 2 * 1e7)
+
+
+# ---------------------------------------------------------------- item 6: all-zero target
+def test_an_all_zero_target_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"targets\['Z'\] is all zero"):
+        LinearFormInference(D1, D2, RANK, K, {"Z": np.zeros((D1, D2))})
+    env = lrbandit_gym.MatrixContextBanditEnv(d1=D1, d2=D2, rank=RANK, n_actions=K)
+    with pytest.raises(ValueError, match=r"targets\['Z'\] is all zero"):
+        ParameterInference(env, {"T": np.eye(D1, D2), "Z": np.zeros((D1, D2))})
+    with pytest.raises(ValueError, match=r"targets\['Z'\] is all zero"):
+        ParameterInference(env, {"Z": -0.0 * np.ones((D1, D2))})

@@ -20,6 +20,7 @@ from inference.policy_evaluation import (  # noqa: E402
     PolicyEvaluation,
     VectorPolicyEvaluation,
 )
+from inference.played_regret import ValueBiasWarning  # noqa: E402
 from inference.policy_value import PolicyValueInference  # noqa: E402
 from inference.results import InsufficientDataWarning, IntervalEstimate  # noqa: E402
 from inference.wrappers import (  # noqa: E402
@@ -40,6 +41,7 @@ __all__ = [
     "ParameterInference",
     "PolicyEvaluation",
     "PolicyValueInference",
+    "ValueBiasWarning",
     "ValueInference",
     "VectorParameterInference",
     "VectorPolicyEvaluation",

@@ -37,6 +37,12 @@ from agents.estimator import LowRankSGD
 from inference.estimator_feed import EstimatorFeed
 from inference.linear_form import LinearFormInference
 from inference.optimal_value import OptimalValueInference
+from inference.played_regret import (
+    CORRECTIONS,
+    DEFAULT_RESERVOIR,
+    RegretCorrection,
+    correct_interval,
+)
 from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
 from inference.watcher import InferenceWrapperBase
@@ -197,11 +203,35 @@ class _ValueMixin(InferenceWrapperBase):
     info_key = "value_inference"
 
     def _init_value(
-        self, env, rank, estimator, propensity_fn, propensities, warm_start, sgd_kwargs
+        self,
+        env,
+        rank,
+        estimator,
+        propensity_fn,
+        propensities,
+        warm_start,
+        sgd_kwargs,
+        correction="auto",
+        regret_reservoir=DEFAULT_RESERVOIR,
     ):
+        if correction not in CORRECTIONS:
+            raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}")
         self._setup(env, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
         self.core = OptimalValueInference(
             self.n_actions, n_trials=self.n_trials, propensities=propensities
+        )
+        possible = isinstance(self.estimator, LowRankSGD) and self.core.propensities == "known"
+        if correction == "regret" and not possible:
+            raise ValueError(
+                "correction='regret' needs a LowRankSGD estimator and known propensities "
+                f"(got {type(self.estimator).__name__}, propensities={propensities!r}); pass "
+                "correction='none' for the paper's estimate"
+            )
+        #: "regret" (the paper's V̂_n plus the estimated regret of the greedy rules played,
+        #: docs/method.md §10) or "none" (the paper's V̂_n).
+        self.correction = "regret" if correction != "none" and possible else "none"
+        self._regret = (
+            RegretCorrection(self, regret_reservoir) if self.correction == "regret" else None
         )
 
     def _snapshot(self, x, actions, props):
@@ -212,13 +242,34 @@ class _ValueMixin(InferenceWrapperBase):
                 x = x.dense() if self.n_trials is not None else x.dense()[0]
             pred = np.array(self.estimator.predict(x), ndmin=2)
         self.core.check_predictions(pred, props)  # before the step: 1/(1 - e_t) must exist
-        return pred
+        if self._regret is None:
+            return pred, None
+        return pred, self._regret.snapshot(self._batched(x), actions, self._fp)
 
-    def _absorb(self, predictions, x, actions, rewards, props):
+    def _absorb(self, snapshot, x, actions, rewards, props):
+        predictions, parts = snapshot
         self.core.update_validated(predictions, actions, rewards, props)
+        if self._regret is not None:
+            self._regret.absorb(parts, self._batched(x), predictions, actions, rewards, props)
 
     def _restored(self) -> None:
-        pass
+        if self._regret is not None:
+            self._regret.forget()
+
+    def _corrected(self, ci, level, kind, tuning_n, **extra) -> IntervalEstimate:
+        if self._regret is None or not self.core.n_obs:
+            return ci
+        regret, variance = self._regret.regret(self.core.n_obs)
+        return correct_interval(
+            ci,
+            regret,
+            variance,
+            kind=kind,
+            tuning_n=tuning_n,
+            level=level,
+            batched=self.n_trials is not None,
+            **extra,
+        )
 
     def _running_info(self) -> dict[str, Any]:
         n = self.core.n_obs
@@ -236,9 +287,15 @@ class _ValueMixin(InferenceWrapperBase):
         tuning_n: int = DEFAULT_TUNING_N,
     ) -> IntervalEstimate:
         """Confidence interval for ``V*`` (Section 4, Theorem 4.2), or with
-        ``kind="sequence"`` the anytime-valid confidence sequence tuned at ``tuning_n``."""
+        ``kind="sequence"`` the anytime-valid confidence sequence tuned at ``tuning_n``.
+
+        With ``correction="regret"`` (the default where possible) the estimate is
+        ``V̂_n + R̂_n``, ``R̂_n`` the estimated regret of the greedy rules played, and a
+        :class:`~inference.ValueBiasWarning` says when ``R̂_n`` is large against the
+        standard error (docs/method.md §10)."""
         with self._one_warning():
-            return self.core.interval(confidence_level, kind=kind, tuning_n=tuning_n)
+            ci = self.core.interval(confidence_level, kind=kind, tuning_n=tuning_n)
+        return self._corrected(ci, confidence_level, kind, tuning_n)
 
     def test_greater(
         self,
@@ -252,7 +309,15 @@ class _ValueMixin(InferenceWrapperBase):
         ``confidence_level``; ``kind="sequence"`` makes the p-value anytime-valid (see
         :meth:`inference.OptimalValueInference.test_greater`)."""
         with self._one_warning():
-            return self.core.test_greater(v0, confidence_level, kind=kind, tuning_n=tuning_n)
+            ci = self.core.test_greater(v0, confidence_level, kind=kind, tuning_n=tuning_n)
+        if self._regret is None or not self.core.n_obs:
+            return ci
+        v = np.broadcast_to(
+            np.asarray(v0, dtype=float), (1 if self.n_trials is None else self.n_trials,)
+        )
+        return self._corrected(
+            ci, confidence_level, kind, tuning_n, null_value=v, alternative="greater"
+        )
 
     def results(
         self,
@@ -270,13 +335,18 @@ class _ValueMixin(InferenceWrapperBase):
         return self
 
     def state_dict(self) -> dict[str, Any]:
-        return {**self._state_common(), "core": self.core.state_dict()}
+        regret = None if self._regret is None else self._regret.state_dict()
+        return {**self._state_common(), "core": self.core.state_dict(), "regret": regret}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`: every part (counters, core, own estimator and
-        warm-start buffer, observation) is validated before any is assigned, so a state
-        that fails raises :class:`ValueError` naming the key and changes nothing."""
+        warm-start buffer, observation, the regret correction's reservoir) is validated
+        before any is assigned, so a state that fails raises :class:`ValueError` naming the
+        key and changes nothing."""
+        checked = None if self._regret is None else self._regret.check_state(state.get("regret"))
         self._load_common(state)
+        if checked is not None:
+            self._regret.apply_state(checked)
 
 
 class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
@@ -405,7 +475,13 @@ class ValueInference(_ValueMixin, gym.Wrapper, RecordConstructorArgs):
 
     Parameters are those of :class:`ParameterInference` without ``targets`` and
     ``projection``, plus ``propensities``: "known" (the reported pmf) or "estimated"
-    (Appendix A: the pmf is an estimate, e.g. an ensemble's model fractions).
+    (Appendix A: the pmf is an estimate, e.g. an ensemble's model fractions);
+    ``correction``: "regret" adds to the paper's ``V̂_n`` the estimated regret of the
+    greedy rules it evaluates, read against the one-step estimate of a
+    :class:`ParameterInference` below that shares the estimator (or of an own core) on a
+    reservoir of ``regret_reservoir`` past rounds (docs/method.md §10); "none" is the
+    paper's estimate; "auto" (default) is "regret" with a low-rank estimator and known
+    propensities, "none" otherwise (the interval's ``method`` says which).
     ``info["value_inference"]`` holds the running ``V̂_n``, its standard error and ``n_obs``.
     """
 
@@ -420,6 +496,8 @@ class ValueInference(_ValueMixin, gym.Wrapper, RecordConstructorArgs):
         propensity_fn=None,
         propensities: str = "known",
         warm_start=None,
+        correction: str = "auto",
+        regret_reservoir: int = DEFAULT_RESERVOIR,
         **sgd_kwargs,
     ):
         self._check_kind(env)
@@ -430,10 +508,22 @@ class ValueInference(_ValueMixin, gym.Wrapper, RecordConstructorArgs):
             propensity_fn=propensity_fn,
             propensities=propensities,
             warm_start=warm_start,
+            correction=correction,
+            regret_reservoir=regret_reservoir,
             **sgd_kwargs,
         )
         gym.Wrapper.__init__(self, env)
-        self._init_value(env, rank, estimator, propensity_fn, propensities, warm_start, sgd_kwargs)
+        self._init_value(
+            env,
+            rank,
+            estimator,
+            propensity_fn,
+            propensities,
+            warm_start,
+            sgd_kwargs,
+            correction,
+            regret_reservoir,
+        )
 
 
 class VectorValueInference(_ValueMixin, VectorWrapper, RecordConstructorArgs):
@@ -450,6 +540,8 @@ class VectorValueInference(_ValueMixin, VectorWrapper, RecordConstructorArgs):
         propensity_fn=None,
         propensities: str = "known",
         warm_start=None,
+        correction: str = "auto",
+        regret_reservoir: int = DEFAULT_RESERVOIR,
         **sgd_kwargs,
     ):
         self._check_kind(env)
@@ -460,7 +552,19 @@ class VectorValueInference(_ValueMixin, VectorWrapper, RecordConstructorArgs):
             propensity_fn=propensity_fn,
             propensities=propensities,
             warm_start=warm_start,
+            correction=correction,
+            regret_reservoir=regret_reservoir,
             **sgd_kwargs,
         )
         VectorWrapper.__init__(self, env)
-        self._init_value(env, rank, estimator, propensity_fn, propensities, warm_start, sgd_kwargs)
+        self._init_value(
+            env,
+            rank,
+            estimator,
+            propensity_fn,
+            propensities,
+            warm_start,
+            sgd_kwargs,
+            correction,
+            regret_reservoir,
+        )

@@ -217,7 +217,7 @@ def test_wrapper_stacks_and_greedy_matches_the_value_estimate():
     obs, _ = env.reset(seed=0)
     _loop(env, agent, 600, obs)
     # The greedy target's AIPW average is the paper's V-hat on the same rounds.
-    assert pe.interval("g").estimate == pytest.approx(env.interval().estimate, rel=1e-12)
+    assert pe.interval("g").estimate == pytest.approx(env.core.interval().estimate, rel=1e-12)
     assert env.get_wrapper_attr("policy_evaluation") is pe
     frame = env.to_frame()
     assert {"V*", "V(g)", "V(anti)", "V(anti) - V(g)"} <= set(frame["quantity"])

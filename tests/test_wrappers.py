@@ -13,6 +13,7 @@ from inference import (
     InsufficientDataWarning,
     LinearFormInference,
     ParameterInference,
+    ValueBiasWarning,
     ValueInference,
     VectorParameterInference,
     VectorValueInference,
@@ -303,6 +304,8 @@ def test_save_and_resume_give_bit_identical_intervals():
     play(wb, agent_b, obs_b, 150)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        # The short warm starts leave a large regret of the greedy rules: warned, not tested.
+        warnings.simplefilter("ignore", ValueBiasWarning)
         for arm in range(2):
             assert wa.env.interval(arm, "T2").estimate == wb.env.interval(arm, "T2").estimate
             assert (
@@ -341,7 +344,10 @@ def test_value_test_greater_takes_a_confidence_level():
     t99 = value.test_greater(0.0, confidence_level=0.99)
     assert t90.p_value == t99.p_value  # the test does not depend on the level
     assert t99.low < t90.low  # the one-sided bound does
-    assert t90 == value.core.test_greater(0.0, confidence_level=0.90)
+    core = value.core.test_greater(0.0, confidence_level=0.90)  # the paper's V_hat
+    shift = value.interval(0.9).estimate - value.core.interval(0.9).estimate  # the correction
+    assert t90.estimate - core.estimate == pytest.approx(shift, rel=1e-12) and shift >= 0
+    assert t90.standard_error >= core.standard_error
     with pytest.raises(ValueError, match="confidence_level"):
         value.test_greater(0.0, confidence_level=1.5)
 

@@ -1,0 +1,347 @@
+"""The regret of the greedy rules played, estimated online for the ``V*`` interval.
+
+``V̂_n`` of Section 4 (docs/method.md §5) is an unbiased estimate of the mean value of the
+greedy rules ``â_t`` it evaluates, not of ``V*``: it falls short of ``V*`` by their mean
+regret ``(1/n) Σ_t Reg(â_t)``, ``Reg(â) = E[max_a <M_a, X> − <M_{â(X)}, X>]``
+(docs/method.md §8, §10).  This module estimates that regret with a *reference* estimate
+``M̃`` of the arms (the one-step estimate of §4, which converges at the parametric rate
+while the SGD iterate the rules come from may not):
+
+    R̂_n = (1/m) Σ_{s ∈ S} [ max_a <M̃_a, X_s> − <M̃_{â_s}, X_s> ]                (regret)
+
+over a uniform sample ``S`` of ``m`` of the rounds absorbed (:class:`PlayedRules`, a
+reservoir: memory ``O(m d1 d2)``, or ``O(m)`` for completion indices, whatever the number
+of rounds), each kept with the greedy arm ``â_s`` played there.  Its sampling variance
+``var(r_s)/m · (1 − m/n)`` (finite population) enters the corrected interval's standard
+error.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from lrbandit_gym.onehot import OneHotContexts
+from lrbandit_gym.validation import check_positive_int
+
+__all__ = ["DEFAULT_RESERVOIR", "PlayedRules", "ValueBiasWarning", "played_regret"]
+
+#: Rounds the reservoir keeps by default.
+DEFAULT_RESERVOIR = 256
+
+#: Largest reservoir (bytes) a wrapper allocates without being asked for a smaller one.
+MAX_RESERVOIR_BYTES = 2**30
+
+
+class ValueBiasWarning(UserWarning):
+    """The ``V*`` interval may not cover: the estimated regret of the greedy rules played
+    is large against the interval's standard error (docs/method.md §10)."""
+
+
+class PlayedRules:
+    """A uniform reservoir of the rounds absorbed: their contexts and greedy arms.
+
+    Parameters
+    ----------
+    d1, d2 : int
+        Context shape.
+    n_trials : int or None
+        Trials in lock step (one reservoir schedule for all of them: the rounds kept are the
+        same in every trial, which keeps the update one copy).
+    size : int
+        Rounds kept (``m``).
+    completion : bool
+        Keep the revealed index ``(j, k)`` instead of the dense context.
+    seed : int
+        Seed of the reservoir's schedule (Algorithm R).
+    """
+
+    def __init__(
+        self,
+        d1: int,
+        d2: int,
+        n_trials: int | None,
+        size: int = DEFAULT_RESERVOIR,
+        *,
+        completion: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.size = check_positive_int(size, "regret_reservoir")
+        self.d1, self.d2 = d1, d2
+        self.n_trials = n_trials
+        self.completion = completion
+        B = 1 if n_trials is None else n_trials
+        need = B * self.size * (16 if completion else 4 * d1 * d2)
+        if need > MAX_RESERVOIR_BYTES:
+            raise ValueError(
+                f"regret_reservoir={self.size} keeps {need / 2**20:.0f} MiB of contexts "
+                f"({B} trial(s) of {d1} x {d2}), above {MAX_RESERVOIR_BYTES / 2**20:.0f} MiB: "
+                "pass a smaller regret_reservoir= (or correction='none')"
+            )
+        self._shape = (B, self.size, 2) if completion else (B, self.size, d1, d2)
+        self._seed = int(seed)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.seen = 0
+        self._rng = np.random.default_rng(self._seed)
+        self._contexts = np.zeros(self._shape, dtype=np.int64 if self.completion else np.float32)
+        self._arms = np.zeros(self._shape[:2], dtype=np.int64)
+
+    @property
+    def count(self) -> int:
+        """Rounds held (``m``, at most :attr:`size`)."""
+        return min(self.seen, self.size)
+
+    def add(self, Xb: np.ndarray | OneHotContexts, arms: np.ndarray) -> None:
+        """Offer one round: contexts ``Xb`` (B, d1, d2) or one-hot indices, greedy arms (B,)."""
+        t = self.seen
+        slot = t if t < self.size else int(self._rng.integers(t + 1))
+        if slot < self.size:
+            if self.completion:
+                self._contexts[:, slot, 0] = Xb.rows
+                self._contexts[:, slot, 1] = Xb.cols
+            else:
+                self._contexts[:, slot] = Xb
+            self._arms[:, slot] = arms
+        self.seen = t + 1
+
+    def contexts_and_arms(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rounds held: contexts ``(B, m, d1, d2)`` (or indices ``(B, m, 2)``), arms."""
+        m = self.count
+        return self._contexts[:, :m], self._arms[:, :m]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "seen": self.seen,
+            "contexts": self._contexts.copy(),
+            "arms": self._arms.copy(),
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a :meth:`state_dict` (validated first; a failure changes nothing)."""
+        seen = state["seen"]
+        if isinstance(seen, bool) or not isinstance(seen, int | np.integer) or seen < 0:
+            raise ValueError(f"state['seen'] must be a non-negative integer, got {seen!r}")
+        contexts, arms = np.asarray(state["contexts"]), np.asarray(state["arms"])
+        if contexts.shape != self._contexts.shape or contexts.dtype != self._contexts.dtype:
+            raise ValueError(
+                f"state['contexts'] must be a {self._contexts.dtype} array of shape "
+                f"{self._contexts.shape}, got {contexts.dtype} {contexts.shape}"
+            )
+        if arms.shape != self._arms.shape or arms.dtype.kind not in "iu":
+            raise ValueError(f"state['arms'] must be an integer array of shape {self._arms.shape}")
+        if not np.isfinite(contexts).all():
+            raise ValueError("state['contexts'] must be finite")
+        rng = np.random.default_rng()
+        rng.bit_generator.state = state["rng"]
+        self.seen = int(seen)
+        self._contexts, self._arms, self._rng = contexts.copy(), arms.astype(np.int64), rng
+
+
+def played_regret(reference: np.ndarray, rules: PlayedRules, n_obs: int):
+    """``R̂_n`` (eq. (regret)) and its sampling variance, per trial.
+
+    Parameters
+    ----------
+    reference : ndarray of shape (B, K, d1, d2)
+        The reference estimate ``M̃`` of every arm.
+    rules : PlayedRules
+        The reservoir of rounds absorbed.
+    n_obs : int
+        Rounds absorbed (for the finite-population factor).
+
+    Returns
+    -------
+    regret, variance : ndarray of shape (B,)
+        NaN where the reference is not finite (e.g. before it has seen a round).
+    """
+    X, arms = rules.contexts_and_arms()
+    m = X.shape[1]
+    if m == 0:
+        nan = np.full(reference.shape[0], np.nan)
+        return nan, nan
+    if rules.completion:
+        b = np.arange(reference.shape[0])[:, None]
+        pred = reference[b, :, X[..., 0], X[..., 1]]  # (B, m, K)
+    else:
+        pred = np.einsum("bmij,bkij->bmk", X, reference.astype(np.float32, copy=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        r = pred.max(axis=-1) - np.take_along_axis(pred, arms[..., None], axis=-1)[..., 0]
+        r = r.astype(np.float64)
+        regret = r.mean(axis=1)
+        fpc = max(0.0, 1.0 - m / max(n_obs, 1))
+        variance = (r.var(axis=1, ddof=1) if m > 1 else np.zeros_like(regret)) / m * fpc
+    return regret, variance
+
+
+#: Choices of ``correction`` for the ``V*`` interval: "regret" adds ``R̂_n``, "none" is the
+#: paper's ``V̂_n``, "auto" is "regret" where the wrapper can compute it (a low-rank
+#: estimator and known propensities) and "none" otherwise.
+CORRECTIONS = ("auto", "regret", "none")
+
+#: ``R̂_n`` above this many standard errors of ``V*`` raises :class:`ValueBiasWarning`.
+WARN_RATIO = 1.0
+
+
+class RegretCorrection:
+    """The ``V*`` wrapper's regret correction: reservoir, reference and read-out.
+
+    The reference is the one-step estimate (docs/method.md §4) of a parameter-inference
+    wrapper below in the stack that shares the estimator, or else of an own
+    :class:`~inference.LinearFormInference` core fed the same rounds (with a single unit
+    target: only its debiased sum is read).
+
+    Parameters
+    ----------
+    wrapper : InferenceWrapperBase
+        The value wrapper (after its ``_setup``).
+    size : int
+        Rounds the reservoir keeps.
+    """
+
+    def __init__(self, wrapper, size: int) -> None:
+        from inference.estimator_feed import EstimatorFeed
+        from inference.linear_form import LinearFormInference
+
+        self.d1, self.d2, self.K = wrapper.d1, wrapper.d2, wrapper.n_actions
+        self.n_trials = wrapper.n_trials
+        completion = wrapper._shape.context == "completion"
+        self.rules = PlayedRules(self.d1, self.d2, self.n_trials, size, completion=completion)
+        self._below = None
+        layer = wrapper.env
+        while layer is not None:
+            if (
+                getattr(layer, "parameter_inference", None) is layer
+                and layer.estimator is wrapper.estimator
+            ):
+                self._below = layer
+                break
+            layer = getattr(layer, "env", None)
+        self.own = None
+        self._feed = None
+        if self._below is None:
+            unit = np.zeros((self.d1, self.d2))
+            unit[0, 0] = 1.0
+            self.own = LinearFormInference(
+                self.d1,
+                self.d2,
+                wrapper.rank,
+                self.K,
+                {"e11": unit},
+                context=wrapper._shape.context,
+                n_trials=self.n_trials,
+            )
+            self._feed = EstimatorFeed(wrapper.estimator, self.own)
+
+    @property
+    def reference_core(self):
+        """The :class:`~inference.LinearFormInference` whose one-step estimate is read."""
+        return self.own if self._below is None else self._below.core
+
+    def snapshot(self, Xb, actions, fingerprint):
+        """Before the step: what the own reference core needs (None when shared)."""
+        return None if self._feed is None else self._feed.snapshot(Xb, actions, fingerprint)
+
+    def absorb(self, parts, Xb, predictions, actions, rewards, props) -> None:
+        """After the step: keep the round in the reservoir and feed the own reference."""
+        self.rules.add(Xb, predictions.argmax(axis=1))
+        if self._feed is not None:
+            self._feed.absorb(parts, Xb, actions, rewards, props)
+
+    def forget(self) -> None:
+        if self._feed is not None:
+            self._feed.forget()
+
+    def regret(self, n_obs: int) -> tuple[np.ndarray, np.ndarray]:
+        """``R̂_n`` and its sampling variance per trial, shape ``(B,)``."""
+        from inference.results import InsufficientDataWarning
+
+        core = self.reference_core
+        B = 1 if self.n_trials is None else self.n_trials
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", InsufficientDataWarning)
+            ref = np.stack(
+                [np.asarray(core.one_step(a)).reshape(B, self.d1, self.d2) for a in range(self.K)],
+                axis=1,
+            )
+        return played_regret(ref, self.rules, n_obs)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "rules": self.rules.state_dict(),
+            "own": None if self.own is None else self.own.state_dict(),
+        }
+
+    def check_state(self, state: Any) -> tuple[PlayedRules, Any]:
+        """Validate a :meth:`state_dict` on copies; :meth:`apply_state` then assigns them."""
+        if not isinstance(state, Mapping) or set(state) != {"rules", "own"}:
+            raise ValueError("state['regret'] must be a mapping with keys 'rules' and 'own'")
+        rules = copy.deepcopy(self.rules)
+        rules.load_state_dict(state["rules"])
+        own = None
+        if self.own is not None:
+            if state["own"] is None:
+                raise ValueError("state['regret']['own'] is missing the reference core's state")
+            own = copy.deepcopy(self.own)
+            own.load_state_dict(state["own"])
+        return rules, own
+
+    def apply_state(self, checked: tuple[PlayedRules, Any]) -> None:
+        """Assign what :meth:`check_state` returned (cannot fail)."""
+        self.rules, own = checked
+        if own is not None:
+            self.own = own
+            self._feed.core = own
+            self._feed.forget()
+
+
+def correct_interval(ci, regret, variance, *, kind, tuning_n, level, batched, **extra):
+    """``ci`` (the paper's ``V*`` read-out) with ``R̂_n`` added to the estimate and its
+    sampling variance to the squared standard error; warns (:class:`ValueBiasWarning`)
+    where ``R̂_n`` exceeds :data:`WARN_RATIO` standard errors."""
+    from inference.sequences import kind_interval
+
+    est = np.atleast_1d(np.asarray(ci.estimate, dtype=float))
+    se = np.atleast_1d(np.asarray(ci.standard_error, dtype=float))
+    total = np.sqrt(se * se + variance)
+    ratio = regret / total
+    large = ratio > WARN_RATIO
+    if large.any():
+        i = int(np.argmax(np.where(np.isfinite(ratio), ratio, -np.inf)))
+        where = (
+            f" in {int(large.sum())} of {large.size} trials (largest: trial {i})" if batched else ""
+        )
+        warnings.warn(
+            f"the V* interval may not cover: the greedy rules played have an estimated regret "
+            f"of {regret[i]:.3g} = {ratio[i]:.2f} standard errors{where}, so the correction "
+            "added to V_hat is itself uncertain (docs/method.md §10). Lengthen the warm start "
+            "(warm_start=), explore more (epsilon=), or read the value of the rules actually "
+            "played, which is covered whatever their regret: PolicyEvaluation(env, "
+            "{'greedy': 'greedy'}, estimator=...)",
+            ValueBiasWarning,
+            stacklevel=4,
+        )
+    method = (
+        ci.method.split("; anytime")[0] + "; corrected by the estimated regret of the "
+        "greedy rules played (docs/method.md §10)"
+    )
+    if kind == "sequence":
+        method += f"; anytime-valid asymptotic confidence sequence tuned at n = {tuning_n}"
+    return kind_interval(
+        kind,
+        tuning_n,
+        estimate=est + regret,
+        standard_error=total,
+        n_obs=int(np.ravel(ci.n_obs)[0]),
+        confidence_level=level,
+        method=method,
+        batched=batched,
+        **extra,
+    )

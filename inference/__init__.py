@@ -15,12 +15,12 @@ check_companion(_agents, "agents", "LowRankSGD")
 from inference.exploration_only import ExplorationOnlyInference  # noqa: E402
 from inference.linear_form import LinearFormInference  # noqa: E402
 from inference.optimal_value import OptimalValueInference  # noqa: E402
+from inference.played_regret import ValueBiasWarning  # noqa: E402
 from inference.policy_evaluation import (  # noqa: E402
     GREEDY,
     PolicyEvaluation,
     VectorPolicyEvaluation,
 )
-from inference.played_regret import ValueBiasWarning  # noqa: E402
 from inference.policy_value import PolicyValueInference  # noqa: E402
 from inference.results import InsufficientDataWarning, IntervalEstimate  # noqa: E402
 from inference.wrappers import (  # noqa: E402

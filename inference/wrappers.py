@@ -256,6 +256,14 @@ class _ValueMixin(InferenceWrapperBase):
         if self._regret is not None:
             self._regret.forget()
 
+    def played_regret(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(R̂_n, var)``: the estimated regret of the greedy rules played and its sampling
+        variance, arrays of shape ``(B,)`` (``(1,)`` for one bandit); None when
+        ``correction="none"`` (docs/method.md §10)."""
+        if self._regret is None or not self.core.n_obs:
+            return None
+        return self._regret.regret(self.core.n_obs)
+
     def _corrected(self, ci, level, kind, tuning_n, **extra) -> IntervalEstimate:
         if self._regret is None or not self.core.n_obs:
             return ci

@@ -326,14 +326,22 @@ class InferenceStack:
         The outermost layer (step it).
     parameters : VectorParameterInference or None
     value : VectorValueInference or None
+    policies : VectorPolicyEvaluation or None
+        With ``V*``: the values of two fixed target policies, always arm 0 and uniform,
+        whose truths are exact (``E<M_a, X>``) under any context law.
     quantities : tuple of Quantity
-        Every ``<M_a, T>``, every ``<M_b − M_a, T>`` (``b > a``) and ``V*``, in order.
+        Every ``<M_a, T>``, every ``<M_b − M_a, T>`` (``b > a``), ``V*``, ``V(arm 0)`` and
+        ``V(uniform)``, in order.
     estimator : LowRankSGD
         The estimate the intervals are debiased against.
     """
 
     def __init__(self, venv, agent, setting: ValidationSetting, targets: dict[str, np.ndarray]):
-        from inference import VectorParameterInference, VectorValueInference
+        from inference import (
+            VectorParameterInference,
+            VectorPolicyEvaluation,
+            VectorValueInference,
+        )
 
         d1, d2, rank, k, _ = _sizes(venv, setting)
         shared = _shares(setting, agent)
@@ -344,10 +352,19 @@ class InferenceStack:
         self.parameters = self.value = None
         if targets:
             env = self.parameters = VectorParameterInference(env, targets, **est, **own)
+        self.policies = None
         if setting.value:
             if self.parameters is not None:  # shares the parameter wrapper's estimator
                 own, est = {}, {"estimator": self.parameters.estimator}
             env = self.value = VectorValueInference(env, **est, **own)
+            # Two fixed targets whose values are exact for any context law: always arm 0
+            # (far from the logging policy wherever arm 0 is not greedy) and uniform.
+            B = venv.num_envs
+            zeros, uniform = np.zeros(B, dtype=np.int64), np.full((B, k), 1.0 / k)
+            targets_pv = {"arm 0": lambda obs: zeros, "uniform": lambda obs: uniform}
+            env = self.policies = VectorPolicyEvaluation(
+                env, targets_pv, estimator=self.value.estimator
+            )
         self.env = env
         self.shared = shared
         self.estimator = env.estimator
@@ -366,6 +383,11 @@ class InferenceStack:
             ]
         if setting.value:
             q.append(Quantity("V*", None, (), float(base.optimal_value)))
+            means = base.problem.params.mean(axis=(1, 2)) if base.context == "completion" else None
+            arm0 = 0.0 if means is None else float(means[0])  # E<M_0, X>
+            unif = 0.0 if means is None else float(means.mean())
+            q.append(Quantity("V(arm 0)", None, (), arm0, policy="arm 0"))
+            q.append(Quantity("V(uniform)", None, (), unif, policy="uniform"))
         self.quantities = tuple(q)
         self.true_params = np.asarray(base.true_params)
 
@@ -380,7 +402,9 @@ class InferenceStack:
         ``difference``."""
         out = []
         for q in self.quantities:
-            if q.target is None:
+            if q.policy is not None:
+                out.append(self.policies.interval(q.policy, confidence_level, **kwargs))
+            elif q.target is None:
                 out.append(self.value.interval(confidence_level, **kwargs))
             elif len(q.arms) == 1:
                 out.append(
@@ -390,6 +414,18 @@ class InferenceStack:
                 b, a = q.arms
                 out.append(self.parameters.difference(b, a, q.target, confidence_level, **kwargs))
         return out
+
+    def value_bias(self) -> np.ndarray:
+        """``R̂_n`` over the corrected ``V*`` interval's standard error per trial, ``(B,)``
+        (NaN without ``V*`` or its correction): above 1 the wrapper warns."""
+        found = None if self.value is None else self.value.played_regret()
+        if found is None:
+            return np.full(self.env.num_envs, np.nan)
+        regret, variance = found
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            se = np.asarray(self.value.core.interval().standard_error, dtype=float)
+        return regret / np.sqrt(se * se + variance)
 
     def estimation_error(self) -> np.ndarray:
         """``‖M̂_a − M_a‖_F`` of the estimate inference reads, ``(B, K)``."""
@@ -601,7 +637,8 @@ def run_chunk(
     """Run ``n_trials`` trials of ``setting`` in one batch on the vector env.
 
     Returns ``{"quantities", "readers": {name: arrays}, "estimation_error" (C, B, K),
-    "min_propensity" (B,), "warm_start_ratio" (B, K), "warnings": [(category, message)],
+    "value_bias" (C, B) (:meth:`InferenceStack.value_bias`), "min_propensity" (B,),
+    "warm_start_ratio" (B, K), "warnings": [(category, message)],
     "rounds": rounds played, "failure": None or why the chunk stopped early}``; ``report(k)``
     is called every 50 rounds with the rounds played since the last call.  A
     ``FloatingPointError`` of the policy or the wrappers (a diverging estimator, which stops
@@ -634,6 +671,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
     last = max(r.last for r in active)
     checkpoints = sorted(set(int(n) for n in setting.n))
     error = np.full((len(checkpoints), n_trials, k), np.nan)
+    bias = np.full((len(checkpoints), n_trials), np.nan)
     min_prop = np.full(n_trials, np.nan)
     env = stack.env
     obs, _ = env.reset(seed=int(env_seed.generate_state(1)[0]))
@@ -666,6 +704,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
                 reader.read(n, stack)
         if n in checkpoints:
             error[checkpoints.index(n)] = stack.estimation_error()
+            bias[checkpoints.index(n)] = stack.value_bias()
     if report is not None and pending:
         report(pending)
     check = getattr(stack.owner, "warm_start_check", None)
@@ -674,6 +713,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
         "quantities": stack.quantities,
         "readers": {r.name: r.result() for r in active},
         "estimation_error": error,
+        "value_bias": bias,
         "min_propensity": min_prop,
         "warm_start_ratio": ratio.reshape(n_trials, k),
         "rounds": rounds,
@@ -822,6 +862,7 @@ def run_validation(
     arrays["checkpoints"] = np.array(sorted(set(int(n) for n in setting.n)))
     arrays["estimation_error"] = np.concatenate([c["estimation_error"] for c in chunks], axis=1)
     arrays["min_propensity"] = np.concatenate([c["min_propensity"] for c in chunks])
+    arrays["value_bias"] = np.concatenate([c["value_bias"] for c in chunks], axis=1)
     arrays["warm_start_ratio"] = np.concatenate([c["warm_start_ratio"] for c in chunks])
     status, line, band = verdict(rows, level)
     failed = [c["failure"] for c in chunks if c["failure"] is not None]
@@ -1025,6 +1066,33 @@ GRID: dict[str, ValidationSetting] = {
         n=(1000, 3000),
         description="the paper's Table 2 at rank 7 (d = 50), with the problem-sized warm start "
         "(4600 rounds) and the default step",
+    ),
+    "low-snr": ValidationSetting(
+        env={"d1": 20, "d2": 20, "rank": 2, "noise_std": 1.0},
+        policy="epsilon-greedy",
+        n=(1000, 3000),
+        description="low signal-to-noise: 2 arms, rank 2, σ = 1 (10 times the paper's), "
+        "ε-greedy with every default: the greedy rules' regret is large and V* warns",
+    ),
+    "five-arms": ValidationSetting(
+        env={"d1": 12, "d2": 12, "rank": 1, "n_actions": 5, "noise": "uniform", "noise_std": 0.3},
+        policy="epsilon-greedy",
+        policy_kwargs={"epsilon": 0.3},
+        n=(1000, 2000),
+        description="5 arms, rank 1, uniform noise (σ = 0.3), ε-greedy (ε = 0.3)",
+    ),
+    "rectangular": ValidationSetting(
+        env={"d1": 6, "d2": 60, "rank": 3},
+        policy="epsilon-greedy",
+        n=(1000, 2000),
+        description="very rectangular (6 x 60), rank 3, ε-greedy with every default",
+    ),
+    "laplace": ValidationSetting(
+        env={"d1": 20, "d2": 20, "rank": 4, "noise": "laplace"},
+        policy="softmax",
+        policy_kwargs={"temperature": 0.5},
+        n=(1000, 2000),
+        description="Laplace noise, rank 4 (20 x 20), softmax (τ = 0.5)",
     ),
     "rank5-short": ValidationSetting(
         env={"d1": 25, "d2": 25, "rank": 5},

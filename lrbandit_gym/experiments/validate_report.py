@@ -50,12 +50,16 @@ class Quantity:
         ``(a,)`` for ``<M_a, T>``, ``(b, a)`` for ``<M_b − M_a, T>``, ``()`` for ``V*``.
     truth : float
         Its true value (the same for every trial: they share one truth).
+    policy : str or None
+        For the value of a target policy (``"V(arm 0)"``), its name in the policy-evaluation
+        wrapper; None otherwise.
     """
 
     label: str
     target: str | None
     arms: tuple[int, ...]
     truth: float
+    policy: str | None = None
 
 
 def verdict(
@@ -197,7 +201,9 @@ class ValidationResult:
         Every trial's ``estimate``, ``standard_error``, ``low``, ``high`` (shape
         ``(checkpoints, quantities, trials)``), ``checkpoints``; ``estimation_error``
         ``‖M̂_a − M_a‖_F`` of the estimate inference reads, ``(checkpoints, trials, K)``
-        (NaN for a policy without one); ``min_propensity`` (trials,), the smallest
+        (NaN for a policy without one); ``value_bias`` ``(checkpoints, trials)``, the ``V*``
+        regret correction over its standard error (:meth:`InferenceStack.value_bias`, NaN
+        without it); ``min_propensity`` (trials,), the smallest
         probability any arm had in any round of inference; ``warm_start_ratio``
         (trials, K): the held-out check of the warm start
         (:mod:`agents.warm_start_check`), NaN where it did not run.
@@ -298,6 +304,17 @@ class ValidationResult:
                 for c, n in enumerate(a["checkpoints"])
             )
             lines.append(f"‖M̂_a − M_a‖_F of the estimate inference reads (median, by arm): {parts}")
+        bias = a.get("value_bias")
+        if bias is not None and np.isfinite(bias).any():
+            parts = ", ".join(
+                f"n = {n}: median {np.nanmedian(bias[c]):.2f}, warned in "
+                f"{np.mean(bias[c] > 1):.0%} of trials"
+                for c, n in enumerate(a["checkpoints"])
+            )
+            lines.append(
+                "V* regret correction R̂/s.e. (docs/method.md §10; ValueBiasWarning above 1): "
+                + parts
+            )
         if np.isfinite(a["min_propensity"]).any():
             lines.append(
                 "smallest propensity in any round of inference: "

@@ -304,8 +304,17 @@ class RegretCorrection:
 
 def correct_interval(ci, regret, variance, *, kind, tuning_n, level, batched, **extra):
     """``ci`` (the paper's ``V*`` read-out) with ``R̂_n`` added to the estimate and its
-    sampling variance to the squared standard error; warns (:class:`ValueBiasWarning`)
-    where ``R̂_n`` exceeds :data:`WARN_RATIO` standard errors."""
+    sampling variance to the squared standard error.
+
+    Where ``R̂_n`` exceeds :data:`WARN_RATIO` standard errors the correction is too large to
+    be trusted (docs/method.md §10): there the interval is *bias-aware*, from the paper's
+    lower end (``V̂_n`` is unbiased for the mean value of the rules played, which is at most
+    ``V*``) to the corrected upper end, its p-value the larger of the two, and a
+    :class:`ValueBiasWarning` says so.
+    """
+    import dataclasses
+
+    from inference.results import finish_array
     from inference.sequences import kind_interval
 
     est = np.atleast_1d(np.asarray(ci.estimate, dtype=float))
@@ -313,28 +322,13 @@ def correct_interval(ci, regret, variance, *, kind, tuning_n, level, batched, **
     total = np.sqrt(se * se + variance)
     ratio = regret / total
     large = ratio > WARN_RATIO
-    if large.any():
-        i = int(np.argmax(np.where(np.isfinite(ratio), ratio, -np.inf)))
-        where = (
-            f" in {int(large.sum())} of {large.size} trials (largest: trial {i})" if batched else ""
-        )
-        warnings.warn(
-            f"the V* interval may not cover: the greedy rules played have an estimated regret "
-            f"of {regret[i]:.3g} = {ratio[i]:.2f} standard errors{where}, so the correction "
-            "added to V_hat is itself uncertain (docs/method.md §10). Lengthen the warm start "
-            "(warm_start=), explore more (epsilon=), or read the value of the rules actually "
-            "played, which is covered whatever their regret: PolicyEvaluation(env, "
-            "{'greedy': 'greedy'}, estimator=...)",
-            ValueBiasWarning,
-            stacklevel=4,
-        )
-    method = (
-        ci.method.split("; anytime")[0] + "; corrected by the estimated regret of the "
-        "greedy rules played (docs/method.md §10)"
+    method = ci.method.split("; anytime")[0] + (
+        "; corrected by the estimated regret of the greedy rules played, bias-aware where "
+        "the correction exceeds one standard error (docs/method.md §10)"
     )
     if kind == "sequence":
         method += f"; anytime-valid asymptotic confidence sequence tuned at n = {tuning_n}"
-    return kind_interval(
+    out = kind_interval(
         kind,
         tuning_n,
         estimate=est + regret,
@@ -344,4 +338,28 @@ def correct_interval(ci, regret, variance, *, kind, tuning_n, level, batched, **
         method=method,
         batched=batched,
         **extra,
+    )
+    if not large.any():
+        return out
+    i = int(np.argmax(np.where(np.isfinite(ratio), ratio, -np.inf)))
+    where = f" in {int(large.sum())} of {large.size} trials (largest: trial {i})" if batched else ""
+    warnings.warn(
+        f"the V* interval may not cover at its nominal level: the greedy rules played have an "
+        f"estimated regret of {regret[i]:.3g} = {ratio[i]:.2f} standard errors{where}, too "
+        "large for the correction to be trusted, so the interval runs from the paper's lower "
+        "end to the corrected upper end (docs/method.md §10). Lengthen the warm start "
+        "(warm_start=), explore more (epsilon=), or read the value of the rules actually "
+        "played, which is covered whatever their regret: PolicyEvaluation(env, "
+        "{'greedy': 'greedy'}, estimator=...)",
+        ValueBiasWarning,
+        stacklevel=4,
+    )
+
+    def pick(field, combine):
+        mine = np.atleast_1d(np.asarray(getattr(out, field), dtype=float))
+        paper = np.atleast_1d(np.asarray(getattr(ci, field), dtype=float))
+        return finish_array(np.where(large, combine(mine, paper), mine), batched)
+
+    return dataclasses.replace(
+        out, low=pick("low", np.minimum), p_value=pick("p_value", np.maximum)
     )

@@ -103,8 +103,17 @@ def test_warning_where_the_regret_is_large_only():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ValueBiasWarning)
         _run(True, noise_std=0.02).interval()  # high signal-to-noise: silent
+    noisy = _run(True, noise_std=3.0)
     with pytest.warns(ValueBiasWarning, match="may not cover"):
-        _run(True, noise_std=3.0).interval()
+        ci = noisy.interval()
+    paper = noisy.core.interval()
+    regret, variance = noisy.played_regret()
+    # Bias-aware where flagged: the paper's lower end, the corrected upper end.
+    assert ci.low == paper.low
+    assert ci.estimate == pytest.approx(paper.estimate + regret[0], rel=1e-12)
+    se = np.sqrt(paper.standard_error**2 + variance[0])
+    assert ci.high == pytest.approx(ci.estimate + 1.959963984540054 * se, rel=1e-9)
+    assert ci.p_value >= paper.p_value
 
 
 def test_correction_refuses_what_it_cannot_do():

@@ -156,13 +156,16 @@ _IGNORE = shutil.ignore_patterns(
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
 
 
-def _pytest(copy: Path, tests: tuple[str, ...], env: dict[str, str]) -> tuple[str, str, float]:
+def _pytest(
+    copy: Path, tests: tuple[str, ...], env: dict[str, str], deselect: tuple[str, ...] = ()
+) -> tuple[str, str, float]:
     """Run the fast tests in ``copy``: ``(outcome, first failing test or note, seconds)``."""
     run_env = dict(os.environ, **env)
     run_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(copy), run_env.get("PYTHONPATH")]))
     run_env["PYTHONDONTWRITEBYTECODE"] = "1"  # every run compiles the sources it sees
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-rfE"]
     command += ["-p", "no:cacheprovider", "-W", "ignore", *tests]
+    command += [f"--deselect={node}" for node in deselect]
     start = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -206,7 +209,10 @@ def _copy(copy: Path, working_tree: bool) -> None:
 
 
 def run(
-    mutants: tuple[Mutant, ...], keep: bool = False, working_tree: bool = False
+    mutants: tuple[Mutant, ...],
+    keep: bool = False,
+    working_tree: bool = False,
+    deselect: tuple[str, ...] = (),
 ) -> list[tuple[Mutant, str, str, float]]:
     """Apply each mutant to a copy of the repository and run its tests; the rows of the
     table: ``(mutant, outcome, first failing test or note, seconds)``."""
@@ -217,7 +223,7 @@ def run(
         _check_copy_is_imported(copy)
         files = tuple(sorted({t for m in mutants for t in m.tests}))
         print(f"baseline: {' '.join(files)} ...", flush=True)
-        outcome, note, seconds = _pytest(copy, files, {})
+        outcome, note, seconds = _pytest(copy, files, {}, deselect)
         if outcome != "passed":
             print(f"the unmutated tests do not pass ({outcome}: {note}); nothing to compare")
             raise SystemExit(2)
@@ -233,7 +239,7 @@ def run(
                 continue
             target.write_text(original.replace(m.old, m.new), encoding="utf-8")
             try:
-                outcome, note, seconds = _pytest(copy, m.tests, m.env)
+                outcome, note, seconds = _pytest(copy, m.tests, m.env, deselect)
             finally:
                 target.write_text(original, encoding="utf-8")
             rows.append((m, outcome, note, seconds))
@@ -263,6 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--keep", action="store_true", help="keep the temporary copy")
     parser.add_argument(
+        "--deselect",
+        action="append",
+        default=[],
+        metavar="NODEID",
+        help="leave this test out (pytest's --deselect), e.g. one failing for an unrelated reason",
+    )
+    parser.add_argument(
         "--working-tree",
         action="store_true",
         help="copy the working tree, uncommitted changes included (default: the last commit)",
@@ -288,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         drop = {Path(f).as_posix() for f in args.exclude}
         chosen = tuple(replace(m, tests=tuple(t for t in m.tests if t not in drop)) for m in chosen)
         chosen = tuple(m for m in chosen if m.tests)
-    rows = run(chosen, keep=args.keep, working_tree=args.working_tree)
+    rows = run(
+        chosen, keep=args.keep, working_tree=args.working_tree, deselect=tuple(args.deselect)
+    )
     print()
     print(table(rows))
     return 0 if all(outcome == "failed" for _, outcome, _, _ in rows) else 1

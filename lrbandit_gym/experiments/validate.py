@@ -81,6 +81,9 @@ __all__ = [
 #: (:class:`agents.UniformRandom`) and ``"linear-epsilon-greedy"``
 #: (:class:`agents.LinearEpsilonGreedy`: ``epsilon``, ``ridge``).
 POLICIES = ("epsilon-greedy", "softmax", "uniform", "linear-epsilon-greedy")
+#: Policies whose propensities have a floor: the checks add the values of two fixed target
+#: policies (always arm 0, uniform) under them (:class:`InferenceStack`).
+_EXPLORING = ("epsilon-greedy", "uniform", "linear-epsilon-greedy")
 _LOW_RANK = ("epsilon-greedy", "softmax")
 
 #: Who estimates ``M̂`` for inference: "shared" (the policy's estimator), "own" (the
@@ -327,8 +330,9 @@ class InferenceStack:
     parameters : VectorParameterInference or None
     value : VectorValueInference or None
     policies : VectorPolicyEvaluation or None
-        With ``V*``: the values of two fixed target policies, always arm 0 and uniform,
-        whose truths are exact (``E<M_a, X>``) under any context law.
+        With ``V*`` and a policy with an exploration floor (ε-greedy, uniform): the values
+        of two fixed target policies, always arm 0 and uniform, whose truths are exact
+        (``E<M_a, X>``) under any context law.
     quantities : tuple of Quantity
         Every ``<M_a, T>``, every ``<M_b − M_a, T>`` (``b > a``), ``V*``, ``V(arm 0)`` and
         ``V(uniform)``, in order.
@@ -357,8 +361,11 @@ class InferenceStack:
             if self.parameters is not None:  # shares the parameter wrapper's estimator
                 own, est = {}, {"estimator": self.parameters.estimator}
             env = self.value = VectorValueInference(env, **est, **own)
+        if setting.value and setting.policy in _EXPLORING:
             # Two fixed targets whose values are exact for any context law: always arm 0
-            # (far from the logging policy wherever arm 0 is not greedy) and uniform.
+            # (far from the logging policy wherever arm 0 is not greedy) and uniform.  Only
+            # under a policy with an exploration floor: elsewhere (softmax) an arm's
+            # propensity may vanish, and the wrapper refuses a target it cannot evaluate.
             B = venv.num_envs
             zeros, uniform = np.zeros(B, dtype=np.int64), np.full((B, k), 1.0 / k)
             targets_pv = {"arm 0": lambda obs: zeros, "uniform": lambda obs: uniform}
@@ -383,6 +390,7 @@ class InferenceStack:
             ]
         if setting.value:
             q.append(Quantity("V*", None, (), float(base.optimal_value)))
+        if self.policies is not None:
             means = base.problem.params.mean(axis=(1, 2)) if base.context == "completion" else None
             arm0 = 0.0 if means is None else float(means[0])  # E<M_0, X>
             unif = 0.0 if means is None else float(means.mean())

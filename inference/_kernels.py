@@ -6,9 +6,15 @@ for balanced factors (as :class:`agents.LowRankSGD` stores them): queueing the h
 estimates of the arms that moved (:mod:`inference.held_queue`), then the pulled arm's
 residual, ``<G_t, X_t>`` from the targets' singular triplets
 (:mod:`inference.tangent_space`), the ``sigma^2`` and ``S^2`` sums and the correction term
-of Algorithm 2, in one loop over trials.  :func:`absorb_one_hot` does the pulled arm's part
-for completion contexts ``e_j e_kᵀ`` given by their index, at O(r) per target triplet
-beyond the targets' support.  Imported only when numba runs.
+of Algorithm 2, in one loop over trials.  :func:`one_hot_terms` and :func:`one_hot_write` do
+the pulled arm's part for completion contexts ``e_j e_kᵀ`` given by their index, at O(r)
+per target triplet beyond the targets' support.  Imported only when numba runs.
+
+Each kernel runs in two phases, as the estimator's step does (propose, then commit): the
+first (:func:`round_terms`, :func:`one_hot_terms`) computes every trial's residual and
+``<G_t, X_t>`` and checks that what the round adds keeps the running sums finite, writing
+nothing; the second (:func:`absorb_round`, :func:`one_hot_write`) writes them, the same
+arithmetic as one pass, so a round refused in the first phase changes nothing.
 """
 
 from __future__ import annotations
@@ -22,43 +28,43 @@ from inference._thresholds import EIG_FLOOR
 
 if TYPE_CHECKING:
     from inference.held_queue import DebiasedSum
-    from inference.tangent_space import TargetTriplets
 
-__all__ = ["absorb_balanced", "absorb_one_hot", "absorb_round", "one_hot_round", "replace_held"]
+__all__ = [
+    "absorb_balanced",
+    "absorb_round",
+    "one_hot_terms",
+    "one_hot_write",
+    "replace_held",
+    "round_terms",
+]
 
 
 def absorb_balanced(
     sums: DebiasedSum,
-    triplets: TargetTriplets,
     changes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-    Ua: np.ndarray,
-    Va: np.ndarray,
     X: np.ndarray,
     action: np.ndarray,
-    reward: np.ndarray,
     weight: np.ndarray,
-    products: tuple[np.ndarray, np.ndarray, np.ndarray],
-    *,
+    res: np.ndarray,
+    g: np.ndarray,
     c: float,
-    kappa: float,
     debias: bool,
     sigma_sum: np.ndarray,
     S2_sum: np.ndarray,
     pulls: np.ndarray,
 ) -> None:
-    """One round of balanced factors into ``sums`` and the running sums, in place.
+    """The second phase: one round of balanced factors into ``sums`` and the running sums,
+    in place, from the terms of :func:`balanced_terms`.
 
-    The arguments are those of
-    :meth:`inference.linear_form._DebiasedLinearForm.absorb_parts`, plus the state it
-    updates: ``sums`` (the queue and accumulator of ``sum_t M_tilde``), the targets'
-    ``triplets``, ``c``, ``kappa``, whether the correction is added (``debias``) and the
-    ``sigma^2``, ``S^2`` and pull counts.
+    ``changes`` are those of
+    :meth:`inference.linear_form._DebiasedLinearForm.absorb_parts`; ``sums`` is the queue
+    and accumulator of ``sum_t M_tilde``, ``debias`` whether the correction is added, and
+    ``sigma_sum``, ``S2_sum``, ``pulls`` the running sums and pull counts.
     """
     bi, ki, U_new, V_new = changes
     if bi.size > 1 and (np.diff(bi) < 0).any():  # the kernel walks the changes by trial
         order = np.argsort(bi, kind="stable")
         bi, ki, U_new, V_new = bi[order], ki[order], U_new[order], V_new[order]
-    XV, XtU, sq = products
     queued = absorb_round(
         bi,
         ki,
@@ -70,22 +76,12 @@ def absorb_balanced(
         sums.ring_U,
         sums.ring_V,
         sums.ring_n,
-        Ua,
-        Va,
-        XV,
-        XtU,
-        sq,
         X.reshape(X.shape[0], -1),
         action,
-        reward,
         weight,
         c,
-        kappa,
-        triplets.x_rows,
-        triplets.y_rows,
-        triplets.Xs_sub,
-        triplets.Ys_sub,
-        triplets.Sw,
+        res,
+        g,
         debias,
         sigma_sum,
         S2_sum,
@@ -93,6 +89,22 @@ def absorb_balanced(
         pulls,
     )
     sums.advance(queued)
+
+
+@njit(cache=True)
+def _refused(sigma, S2_row, w, res, cw, g_row, limit):
+    """Whether a trial's round cannot be absorbed: the new ``sigma^2`` or ``S^2`` sum is not
+    finite, or the correction's coefficient ``c w res`` exceeds ``limit`` (its product with
+    a context entry, itself at most ``limit``, must stay finite)."""
+    if not np.isfinite(sigma + w * res * res):
+        return True
+    coef = cw * res
+    if not abs(coef) <= limit:
+        return True
+    for m in range(g_row.shape[0]):
+        if not np.isfinite(S2_row[m] + cw * cw * g_row[m] * g_row[m]):
+            return True
+    return False
 
 
 @njit(cache=True)
@@ -127,64 +139,46 @@ def _hold_trial(b, j, bi, ki, U_new, V_new, held, last_U, last_V, ring_U, ring_V
 
 
 @njit(cache=True)
-def absorb_round(
-    bi,
-    ki,
-    U_new,
-    V_new,
-    held,
-    last_U,
-    last_V,
-    ring_U,
-    ring_V,
-    slot,
+def round_terms(
     U,
     V,
     XV,
     XtU,
     sq,
-    X,
     action,
     reward,
     weight,
     c,
     kappa,
+    limit,
     x_rows,
     y_rows,
     Xs,
     Ys,
     Sw,
-    debias,
     sigma_sum,
     S2_sum,
-    acc,
-    pulls,
+    res_out,
+    g_out,
 ):
-    """One round for every trial, in place: first the arms that moved (``bi``, ``ki``
-    sorted by trial, new factors ``U_new``, ``V_new``; see :func:`_hold_trial`), then the
-    pulled arm's part.
+    """The pulled arm's terms of one round, every trial, nothing written but ``res_out``
+    (B,) and ``g_out`` (B, n_T); returns the first trial the sums cannot absorb, or -1.
 
     ``U`` (B, d1, r), ``V`` (B, d2, r): the pulled arms' balanced factors, ``sq`` (B, r)
     their squared column norms (the singular values); ``XV = X V``, ``XtU = X^T U``;
-    ``X`` (B, d1*d2) the contexts; ``x_rows``/``y_rows`` and ``Xs`` (nx, R), ``Ys`` (ny, R)
-    the rows of the targets' singular vectors in their support, ``Sw`` (R, n_T) their
-    weights.  Adds ``w res^2`` to ``sigma_sum``, ``(c w)^2 <G, X>^2`` to ``S2_sum``,
-    ``c w res X`` to the arm's row of ``acc`` (if ``debias``) and ``w > 0`` to ``pulls``.
+    ``x_rows``/``y_rows`` and ``Xs`` (nx, R), ``Ys`` (ny, R) the rows of the targets'
+    singular vectors in their support, ``Sw`` (R, n_T) their weights.
     """
     B, d1, r = U.shape
     R = Xs.shape[1]
     nT = Sw.shape[1]
-    D = X.shape[1]
     P = np.empty((r, r))
     q = np.empty(r)
     av = np.empty((r, R))
     bv = np.empty((r, R))
     Pb = np.empty(r)
-    j = 0
-    queued = False
+    bad = -1
     for b in range(B):
-        j, q_b = _hold_trial(b, j, bi, ki, U_new, V_new, held, last_U, last_V, ring_U, ring_V, slot)
-        queued |= q_b
         k = action[b]
         pred = 0.0
         for s in range(r):
@@ -211,9 +205,7 @@ def absorb_round(
                     tb += V[b, y_rows[i], s] * Ys[i, ll]
                 bv[s, ll] = tb * q[s]
         res = reward[b] - pred
-        w = weight[b]
-        cw = c * w
-        sigma_sum[b, k] += w * res * res
+        res_out[b] = res
         for m in range(nT):
             g = 0.0
             for ll in range(R):
@@ -238,6 +230,61 @@ def absorb_round(
                 for s in range(r):
                     t3 += av[s, ll] * Pb[s]
                 g += (t1 - kappa * t3) * Sw[ll, m]
+            g_out[b, m] = g
+        w = weight[b]
+        if bad < 0 and _refused(sigma_sum[b, k], S2_sum[b, k], w, res, c * w, g_out[b], limit):
+            bad = b
+    return bad
+
+
+@njit(cache=True)
+def absorb_round(
+    bi,
+    ki,
+    U_new,
+    V_new,
+    held,
+    last_U,
+    last_V,
+    ring_U,
+    ring_V,
+    slot,
+    X,
+    action,
+    weight,
+    c,
+    res_in,
+    g_in,
+    debias,
+    sigma_sum,
+    S2_sum,
+    acc,
+    pulls,
+):
+    """One round for every trial, in place: first the arms that moved (``bi``, ``ki``
+    sorted by trial, new factors ``U_new``, ``V_new``; see :func:`_hold_trial`), then the
+    pulled arm's part from the terms of :func:`round_terms` (``res_in`` (B,), ``g_in``
+    (B, n_T)).
+
+    ``X`` (B, d1*d2) the contexts.  Adds ``w res^2`` to ``sigma_sum``, ``(c w)^2 <G, X>^2``
+    to ``S2_sum``, ``c w res X`` to the arm's row of ``acc`` (if ``debias``) and ``w > 0``
+    to ``pulls``.
+    """
+    B = X.shape[0]
+    nT = g_in.shape[1]
+    D = X.shape[1]
+    j = 0
+    queued = False
+    for b in range(B):
+        j, q_b = _hold_trial(b, j, bi, ki, U_new, V_new, held, last_U, last_V, ring_U, ring_V, slot)
+        queued |= q_b
+        k = action[b]
+        res = res_in[b]
+        w = weight[b]
+        cw = c * w
+        sigma_sum[b, k] += w * res * res
+        for m in range(nT):
+            g = g_in[b, m]
             S2_sum[b, k, m] += cw * cw * g * g
         coef = cw * res
         if debias and coef != 0.0:
@@ -248,56 +295,8 @@ def absorb_round(
     return queued
 
 
-def absorb_one_hot(
-    triplets: TargetTriplets,
-    rows: np.ndarray,
-    cols: np.ndarray,
-    Ua: np.ndarray,
-    Va: np.ndarray,
-    sq: np.ndarray,
-    action: np.ndarray,
-    reward: np.ndarray,
-    weight: np.ndarray,
-    *,
-    c: float,
-    kappa: float,
-    debias: bool,
-    sigma_sum: np.ndarray,
-    S2_sum: np.ndarray,
-    acc: np.ndarray,
-    pulls: np.ndarray,
-) -> None:
-    """The pulled arm's part of a round on completion contexts ``e_j e_kᵀ`` (``rows`` j,
-    ``cols`` k, shape (B,)), for balanced factors ``Ua``, ``Va`` with singular values
-    ``sq``: :func:`one_hot_round` (the held estimates are the caller's)."""
-    one_hot_round(
-        rows,
-        cols,
-        Ua,
-        Va,
-        sq,
-        action,
-        reward,
-        weight,
-        c,
-        kappa,
-        triplets.Xs,
-        triplets.Ys,
-        triplets.x_rows,
-        triplets.y_rows,
-        triplets.Xs_sub,
-        triplets.Ys_sub,
-        triplets.Sw,
-        debias,
-        sigma_sum,
-        S2_sum,
-        acc,
-        pulls,
-    )
-
-
 @njit(cache=True)
-def one_hot_round(
+def one_hot_terms(
     rows,
     cols,
     U,
@@ -308,6 +307,7 @@ def one_hot_round(
     weight,
     c,
     kappa,
+    limit,
     Xs_full,
     Ys_full,
     x_rows,
@@ -315,27 +315,26 @@ def one_hot_round(
     Xs,
     Ys,
     Sw,
-    debias,
     sigma_sum,
     S2_sum,
-    acc,
-    pulls,
+    res_out,
+    g_out,
 ):
-    """:func:`absorb_round`'s pulled-arm part for ``X_b = e_j e_kᵀ``, in place.
+    """:func:`round_terms` for ``X_b = e_j e_kᵀ``: writes ``res_out``, ``g_out`` only and
+    returns the first trial the sums cannot absorb, or -1.
 
     With ``X = e_j e_kᵀ``: ``<M_hat, X> = U[j] · V[k]``, and for a triplet ``x yᵀ`` with
     ``α = (q Uᵀx) · U[j]`` and ``β = (q Vᵀy) · V[k]`` (``q = D^{-1}``, the squared inverse
     column norms), ``<x yᵀ, P_U X> = y_k α``, ``<x yᵀ, X P_V> = x_j β`` and
     ``<x yᵀ, P_U X P_V> = α β``.  ``Xs_full`` (d1, R), ``Ys_full`` (d2, R) are the triplets'
-    vectors; ``Xs``, ``Ys`` their rows ``x_rows``, ``y_rows`` in the support.  ``acc`` is
-    (B, K, d1 d2): the correction ``c w res`` goes to entry ``j d2 + k``.
+    vectors; ``Xs``, ``Ys`` their rows ``x_rows``, ``y_rows`` in the support.
     """
     B, d1, r = U.shape
-    d2 = V.shape[1]
     R = Xs.shape[1]
     nT = Sw.shape[1]
     q = np.empty(r)
     term = np.empty(R)
+    bad = -1
     for b in range(B):
         j = rows[b]
         k = cols[b]
@@ -363,17 +362,38 @@ def one_hot_round(
                 beta += tb * q[s] * V[b, k, s]
             term[ll] = Ys_full[k, ll] * alpha + Xs_full[j, ll] * beta - kappa * alpha * beta
         res = reward[b] - pred
-        w = weight[b]
-        cw = c * w
-        sigma_sum[b, arm] += w * res * res
+        res_out[b] = res
         for m in range(nT):
             g = 0.0
             for ll in range(R):
                 g += term[ll] * Sw[ll, m]
+            g_out[b, m] = g
+        w = weight[b]
+        if bad < 0 and _refused(sigma_sum[b, arm], S2_sum[b, arm], w, res, c * w, g_out[b], limit):
+            bad = b
+    return bad
+
+
+@njit(cache=True)
+def one_hot_write(
+    rows, cols, action, weight, c, res_in, g_in, debias, sigma_sum, S2_sum, acc, pulls, d2
+):
+    """The terms of :func:`one_hot_terms` into the sums, in place: ``acc`` is
+    (B, K, d1 d2) and the correction ``c w res`` goes to entry ``j d2 + k``."""
+    B = rows.shape[0]
+    nT = g_in.shape[1]
+    for b in range(B):
+        arm = action[b]
+        res = res_in[b]
+        w = weight[b]
+        cw = c * w
+        sigma_sum[b, arm] += w * res * res
+        for m in range(nT):
+            g = g_in[b, m]
             S2_sum[b, arm, m] += cw * cw * g * g
         coef = cw * res
         if debias and coef != 0.0:
-            acc[b, arm, j * d2 + k] += coef
+            acc[b, arm, rows[b] * d2 + cols[b]] += coef
         if w > 0.0:
             pulls[b, arm] += 1
 

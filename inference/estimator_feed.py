@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from agents.estimator import LowRankSGD
-from inference.linear_form import LinearFormInference
+from inference.linear_form import LinearFormInference, RoundTerms
 
 __all__ = ["EstimatorFeed", "RoundSnapshot"]
 
@@ -104,8 +104,28 @@ class EstimatorFeed:
         rewards: np.ndarray,
         propensities: np.ndarray,
     ) -> None:
-        """Absorb the round into the core (validated batched arrays) from its snapshot."""
-        self.core.update_parts(
+        """Absorb the round into the core (validated batched arrays) from its snapshot:
+        :meth:`propose` then :meth:`commit`."""
+        self.commit(self.propose(snapshot, Xb, actions, rewards, propensities), snapshot)
+
+    def propose(
+        self,
+        snapshot: RoundSnapshot,
+        Xb: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        propensities: np.ndarray,
+    ) -> RoundTerms:
+        """The round computed and checked by the core
+        (:meth:`~inference.LinearFormInference.propose_update_parts`), nothing written:
+        an inference wrapper runs it before committing any layer of its step.
+
+        Raises
+        ------
+        ValueError
+            If the core's running sums cannot absorb the round.
+        """
+        return self.core.propose_update_parts(
             snapshot.changes,
             snapshot.U,
             snapshot.V,
@@ -115,4 +135,8 @@ class EstimatorFeed:
             propensities,
             snapshot.products,
         )
+
+    def commit(self, terms: RoundTerms, snapshot: RoundSnapshot) -> None:
+        """Write a round from :meth:`propose` into the core (nothing here fails on data)."""
+        self.core.commit_round(terms)
         self._seen = (self.core.position, snapshot.versions)

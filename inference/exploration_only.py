@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from inference.linear_form import _DebiasedLinearForm
+from inference.linear_form import _DebiasedLinearForm, check_estimate_scale
 from lrbandit_gym.validation import (
     check_actions,
     check_batch_vector,
@@ -105,6 +105,7 @@ class ExplorationOnlyInference(_DebiasedLinearForm):
             On any malformed input; the object is then unchanged.
         """
         Ub, Vb = check_factors(U, V, self.n_actions, self.d1, self.d2, self.rank, self.n_trials)
+        check_estimate_scale(Ub, Vb, self.batched)
         Xb = self._check_contexts(X)
         a = check_actions(action, self.n_actions, self.n_trials)
         y = check_batch_vector(reward, self.n_trials, "reward")

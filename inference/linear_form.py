@@ -26,7 +26,7 @@ and ``<G_t, X_t>`` from ``r x r`` algebra, never a ``d1 x d2`` projector) and
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from inference.tangent_space import TargetTriplets, basis_transform, pulled_arm_
 from lrbandit_gym import engine
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.validation import (
+    MAX_MAGNITUDE,
     check_actions,
     check_arm,
     check_batch_vector,
@@ -72,6 +73,40 @@ _ABLATIONS = (None, "no_ipw", "no_debias")
 
 Changes = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 Products = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class RoundTerms(NamedTuple):
+    """One round computed and checked by ``propose_parts``, for ``commit_round``."""
+
+    changes: tuple[np.ndarray, ...]
+    X: Any
+    action: np.ndarray
+    weight: np.ndarray
+    res: np.ndarray
+    """The pulled arms' residuals ``y_t − <M̂, X_t>``, shape (B,)."""
+    g: np.ndarray
+    """``<G_t, X_t>`` of every target, shape (B, n_T)."""
+    compiled: bool
+    position: tuple[int, int]
+    """The core's :attr:`position` the round was computed against."""
+
+
+def check_estimate_scale(U: np.ndarray, V: np.ndarray, batched: bool) -> None:
+    """Refuse factors whose estimate ``U Vᵀ`` may have entries beyond
+    :data:`~lrbandit_gym.validation.MAX_MAGNITUDE`: ``r · max|U| · max|V|`` bounds them,
+    and ``Σ_t M̂`` adds the estimate once a round (factors of 1e100 each are admissible
+    values, their product of 1e200 is not).  ``U`` (B, K, d1, r), ``V`` (B, K, d2, r).
+    """
+    top = np.abs(U).max(axis=(-1, -2)) * np.abs(V).max(axis=(-1, -2)) * U.shape[-1]
+    big = ~(top <= MAX_MAGNITUDE)
+    if big.any():
+        b, a = (int(i) for i in np.argwhere(big)[0])
+        where = f" (trial {b})" if batched else ""
+        raise ValueError(
+            f"the estimate U[{a}] V[{a}]ᵀ may have entries up to rank * max|U| * max|V| = "
+            f"{top[b, a]:.3g}{where}, beyond MAX_MAGNITUDE = {MAX_MAGNITUDE:g}: its products "
+            "with the contexts would overflow float64; rescale the factors to order 1"
+        )
 
 
 class _DebiasedLinearForm:
@@ -234,10 +269,24 @@ class _DebiasedLinearForm:
         weight : ndarray of shape (B,)
             Inverse-propensity weight of the pulled arm; 0 keeps the round out of the sums.
         """
+        self.commit_round(self.propose(U, V, X, action, reward, weight))
+
+    def propose(
+        self,
+        U: np.ndarray,
+        V: np.ndarray,
+        X: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        weight: np.ndarray,
+    ) -> RoundTerms:
+        """:meth:`absorb`'s first phase: :meth:`propose_parts` from every arm's factors."""
         trials = np.arange(self._B)
         bi, ki = np.nonzero(self.changed_arms(U, V))
         changes = (bi, ki, U[bi, ki], V[bi, ki])
-        self.absorb_parts(changes, U[trials, action], V[trials, action], X, action, reward, weight)
+        return self.propose_parts(
+            changes, U[trials, action], V[trials, action], X, action, reward, weight
+        )
 
     def absorb_parts(
         self,
@@ -251,9 +300,34 @@ class _DebiasedLinearForm:
         balanced: bool = False,
         products: Products | None = None,
     ) -> None:
-        """Absorb one round from the parts of the factors it needs (Algorithm 2).
+        """Absorb one round from the parts of the factors it needs (Algorithm 2):
+        :meth:`propose_parts` then :meth:`commit_round`; a round the sums cannot absorb
+        raises :class:`ValueError` and changes nothing."""
+        self.commit_round(
+            self.propose_parts(changes, Ua, Va, X, action, reward, weight, balanced, products)
+        )
 
-        Inputs are assumed validated, in the batched layout.
+    def propose_parts(
+        self,
+        changes: Changes,
+        Ua: np.ndarray,
+        Va: np.ndarray,
+        X: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        weight: np.ndarray,
+        balanced: bool = False,
+        products: Products | None = None,
+    ) -> RoundTerms:
+        """Compute one round's terms and check that the sums can absorb them, writing
+        nothing; :meth:`commit_round` writes them.
+
+        The pulled arm's residual ``res_t = y_t − <M̂, X_t>`` and ``<G_t, X_t>`` (every
+        target) are the round's expensive part; they are kept for the commit.  The round is
+        refused when ``w·res²`` or ``(c·w)²·<G_t, X_t>²`` would make a running sum
+        infinite, or when ``|c·w·res|`` (the correction's coefficient, times context entries
+        of at most :data:`~lrbandit_gym.validation.MAX_MAGNITUDE`) exceeds
+        ``MAX_MAGNITUDE``: such a round would turn every later interval into NaN.
 
         Parameters
         ----------
@@ -281,82 +355,110 @@ class _DebiasedLinearForm:
             ``(X V_a, Xᵀ U_a, D_a)`` of the pulled arms (shapes (B, d1, r), (B, d2, r),
             (B, r)), when the estimator computed them for its own step; ``D_a`` (the
             singular values) is only read with ``balanced=True``.
+
+        Raises
+        ------
+        ValueError
+            If the sums cannot absorb the round (naming the trial, reward and residual).
         """
         one_hot = isinstance(X, OneHotContexts)
-        if balanced and products is not None and engine.compiled():
-            if one_hot:  # the held estimates here, the pulled arm's O(r) part compiled
-                self._sum.hold(*changes)
-                self._absorb_one_hot_compiled(Ua, Va, X, action, reward, weight, products[2])
-            else:  # (the queue of held estimates is exact for any change: no support needed)
-                self._absorb_compiled(changes[:4], Ua, Va, X, action, reward, weight, products)
+        compiled = balanced and products is not None and engine.compiled()
+        if compiled:  # positional calls: the round's fixed cost is numba's dispatch
+            from inference import _kernels
+
+            res = np.empty(self._B)
+            g = np.empty((self._B, self._S2_sum.shape[2]))
+            tr = self._triplets
+            if one_hot:  # the pulled arm's O(r) part
+                bad = _kernels.one_hot_terms(
+                    X.rows, X.cols, Ua, Va, products[2], action, reward, weight, self.c,
+                    self._kappa, MAX_MAGNITUDE, tr.Xs, tr.Ys, tr.x_rows, tr.y_rows, tr.Xs_sub,
+                    tr.Ys_sub, tr.Sw, self._sigma_sum, self._S2_sum, res, g,
+                )  # fmt: skip
+            else:
+                XV, XtU, sq = products
+                bad = _kernels.round_terms(
+                    Ua, Va, XV, XtU, sq, action, reward, weight, self.c, self._kappa,
+                    MAX_MAGNITUDE, tr.x_rows, tr.y_rows, tr.Xs_sub, tr.Ys_sub, tr.Sw,
+                    self._sigma_sum, self._S2_sum, res, g,
+                )  # fmt: skip
         else:
-            trials = np.arange(self._B)
             if one_hot and products is None:  # X V_a = e_j V_a[k]ᵀ, Xᵀ U_a = e_k U_a[j]ᵀ
                 products = (*one_hot_products(X, Ua, Va), None)
+            # <M̂_{a_t,t−1}, X_t> and <G_t, X_t> (every target) of the pulled arm.
+            with np.errstate(over="ignore", invalid="ignore"):  # refused below
+                pred, g = pulled_arm_terms(
+                    Ua, Va, X, self._triplets, self._kappa, balanced=balanced, products=products
+                )
+                res = reward - pred  # res_t = y_t − <M̂, X_t>
+                bad = self._refused(action, weight, res, g)
+        if bad >= 0:
+            self._refuse(bad, action, reward, weight, res, g)
+        return RoundTerms(changes, X, action, weight, res, g, compiled, self.position)
+
+    def _refused(self, action, weight, res, g) -> int:
+        """The first trial whose round the sums cannot absorb (numpy), or -1."""
+        trials = np.arange(self._B)
+        cw = self.c * weight
+        ok = np.isfinite(self._sigma_sum[trials, action] + weight * res * res)
+        ok &= np.isfinite(self._S2_sum[trials, action] + (cw * cw)[:, None] * g * g).all(axis=1)
+        ok &= np.abs(cw * res) <= MAX_MAGNITUDE
+        return -1 if ok.all() else int(np.argmin(ok))
+
+    def _refuse(self, b, action, reward, weight, res, g) -> None:
+        where = f" (trial {b})" if self.batched else ""
+        with np.errstate(over="ignore", invalid="ignore"):
+            top = float(np.max(np.abs(g[b]))) if g.shape[1] else 0.0
+        raise ValueError(
+            f"the round cannot be absorbed{where}: reward {float(reward[b])!r} against the "
+            f"estimate's prediction gives the residual {float(res[b]):.3g} (weight 1/pi = "
+            f"{float(weight[b]):.3g}, largest |<G_t, X_t>| = {top:.3g}), whose square in the "
+            f"running sums of sigma^2 and S^2, or whose correction c*w*res (at most "
+            f"MAX_MAGNITUDE = {MAX_MAGNITUDE:g}), overflows float64; nothing was changed: "
+            "rescale the rewards, contexts and estimates to order 1"
+        )
+
+    def commit_round(self, terms: RoundTerms) -> None:
+        """Write a round proposed by :meth:`propose_parts` (nothing here fails on data).
+
+        Raises
+        ------
+        RuntimeError
+            If the state changed since the round was proposed.
+        """
+        if terms.position != self.position:
+            raise RuntimeError(
+                "the round was proposed before the last change to this object's state; "
+                "propose it again"
+            )
+        changes, X, action, weight, res, g = terms[:6]
+        debias = self.ablation != "no_debias"
+        if terms.compiled:
+            from inference import _kernels
+
+            if isinstance(X, OneHotContexts):  # the held estimates here
+                self._sum.hold(*changes)
+                _kernels.one_hot_write(
+                    X.rows, X.cols, action, weight, self.c, res, g, debias, self._sigma_sum,
+                    self._S2_sum, self._sum.acc, self._pulls, self.d2,
+                )  # fmt: skip
+            else:  # (the queue of held estimates is exact for any change: no support needed)
+                _kernels.absorb_balanced(
+                    self._sum, changes[:4], X, action, weight, res, g, self.c, debias,
+                    self._sigma_sum, self._S2_sum, self._pulls,
+                )  # fmt: skip
+        else:
+            trials = np.arange(self._B)
             # Σ_t M̂_{i,t−1}: the arms whose estimate moved queue the one they held.
             self._sum.hold(*changes)
-            # <M̂_{a_t,t−1}, X_t> and <G_t, X_t> (every target) of the pulled arm.
-            pred, g = pulled_arm_terms(
-                Ua, Va, X, self._triplets, self._kappa, balanced=balanced, products=products
-            )
-            res = reward - pred  # res_t = y_t − <M̂, X_t>
             cw = self.c * weight  # c·1{a_t=i}/π_t(i), at i = a_t
             self._sigma_sum[trials, action] += weight * res * res  # σ̂², eq. (13)
             self._S2_sum[trials, action] += (cw * cw)[:, None] * g * g  # Ŝ², eq. (14)
-            if self.ablation != "no_debias":  # M̃ = M̂ + c·1{a_t=i}/π_t(i)·res_t·X_t
+            if debias:  # M̃ = M̂ + c·1{a_t=i}/π_t(i)·res_t·X_t
                 self._sum.add_correction(action, X, cw * res)
             self._pulls[trials, action] += weight > 0
         self._n += 1
         self._cache.clear()
-
-    def _absorb_one_hot_compiled(self, Ua, Va, X, action, reward, weight, sq) -> None:
-        """:meth:`absorb_parts`' pulled-arm part for balanced factors and completion contexts
-        in index form: ``<M̂, X_t>``, ``<G_t, X_t>``, the sums and the correction entry in
-        one compiled loop over trials (:func:`inference._kernels.absorb_one_hot`)."""
-        from inference import _kernels
-
-        _kernels.absorb_one_hot(
-            self._triplets,
-            X.rows,
-            X.cols,
-            Ua,
-            Va,
-            sq,
-            action,
-            reward,
-            weight,
-            c=self.c,
-            kappa=self._kappa,
-            debias=self.ablation != "no_debias",
-            sigma_sum=self._sigma_sum,
-            S2_sum=self._S2_sum,
-            acc=self._sum.acc,
-            pulls=self._pulls,
-        )
-
-    def _absorb_compiled(self, changes, Ua, Va, X, action, reward, weight, products) -> None:
-        """:meth:`absorb_parts` for balanced factors: the same arithmetic in one compiled
-        loop over trials (:mod:`inference._kernels`)."""
-        from inference import _kernels
-
-        _kernels.absorb_balanced(
-            self._sum,
-            self._triplets,
-            changes,
-            Ua,
-            Va,
-            X,
-            action,
-            reward,
-            weight,
-            products,
-            c=self.c,
-            kappa=self._kappa,
-            debias=self.ablation != "no_debias",
-            sigma_sum=self._sigma_sum,
-            S2_sum=self._S2_sum,
-            pulls=self._pulls,
-        )
 
     # ------------------------------------------------------------------ read-out
     def _warn_no_rounds(self, what: str, stacklevel: int = 4) -> None:
@@ -811,9 +913,12 @@ class LinearFormInference(_DebiasedLinearForm):
         Raises
         ------
         ValueError
-            On any malformed input; the object is then unchanged.
+            On any malformed input, an estimate ``U Vᵀ`` whose entries may exceed
+            :data:`~lrbandit_gym.validation.MAX_MAGNITUDE`, or a round whose squares the
+            running sums cannot hold; the object is then unchanged.
         """
         Ub, Vb = check_factors(U, V, self.n_actions, self.d1, self.d2, self.rank, self.n_trials)
+        check_estimate_scale(Ub, Vb, self.batched)
         Xb = self._check_contexts(X)
         a = check_actions(action, self.n_actions, self.n_trials)
         y = check_batch_vector(reward, self.n_trials, "reward")
@@ -870,10 +975,52 @@ class LinearFormInference(_DebiasedLinearForm):
             Positive at ``action``.
         products : tuple of ndarray
         """
+        self.commit_round(
+            self.propose_update_parts(changes, Ua, Va, X, action, reward, propensities, products)
+        )
+
+    def propose_update_parts(
+        self,
+        changes: Changes,
+        Ua: np.ndarray,
+        Va: np.ndarray,
+        X: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        propensities: np.ndarray,
+        products: Products,
+    ) -> RoundTerms:
+        """:meth:`update_parts`' first phase (:meth:`propose_parts`): the round computed and
+        checked, nothing written; :meth:`commit_round` writes it.
+
+        Raises
+        ------
+        ValueError
+            If the running sums cannot absorb the round.
+        """
         weight = self._weight(action, propensities)
-        self.absorb_parts(
+        return self.propose_parts(
             changes, Ua, Va, X, action, reward, weight, balanced=True, products=products
         )
+
+    def propose_validated(
+        self,
+        U: np.ndarray,
+        V: np.ndarray,
+        X: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        propensities: np.ndarray,
+    ) -> RoundTerms:
+        """:meth:`update_validated`'s first phase: the round computed and checked, nothing
+        written; :meth:`commit_round` writes it.
+
+        Raises
+        ------
+        ValueError
+            If the running sums cannot absorb the round.
+        """
+        return self.propose(U, V, X, action, reward, self._weight(action, propensities))
 
     def _weight(self, action: np.ndarray, propensities: np.ndarray) -> np.ndarray:
         """``1/pi_t(a_t)`` per trial (1 under the "no_ipw" control)."""

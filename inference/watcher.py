@@ -375,6 +375,11 @@ class InferenceWrapperBase:
         check_magnitude(r, "reward", batched=b is not None)  # its square must be finite
         return r
 
+    def _stage(self, snapshot, x, actions, rewards, props):
+        """Everything of the round's absorption that can fail, run before any layer of the
+        step commits; returns what :meth:`_absorb` takes (by default the snapshot itself)."""
+        return snapshot
+
     def _estimate_ready(self) -> bool:
         return bool(self.estimator.initialized)
 
@@ -419,12 +424,15 @@ class InferenceWrapperBase:
 
     def _prepare(self, snapshot, x, actions, rewards, props, obs):
         """This wrapper's share of the round, prepared: ``(commit, abort)``; ``commit(info)``
-        absorbs it, moves to the next context and writes the running values into ``info``."""
+        absorbs it, moves to the next context and writes the running values into ``info``.
+        The core's share is staged first (:meth:`_stage`: computed and checked, so a round
+        its sums cannot absorb is refused here, before any layer commits)."""
+        staged = None if snapshot is None else self._stage(snapshot, x, actions, rewards, props)
         commit_own, abort = self._prepare_own(x, actions, rewards, props)
 
         def commit(info):
             if snapshot is not None:
-                self._absorb(snapshot, x, actions, rewards, props)
+                self._absorb(staged, x, actions, rewards, props)
             else:
                 self.rounds_skipped += 1
             commit_own()

@@ -109,14 +109,22 @@ class _ParameterMixin(InferenceWrapperBase):
         # pulled arms shared with the estimator's own update of this round.
         return "parts", self._feed.snapshot(self._batched(x), actions, self._fp)
 
-    def _absorb(self, snapshot, x, actions, rewards, props):
+    def _stage(self, snapshot, x, actions, rewards, props):
+        """The core's round computed and checked before any layer commits (a round whose
+        squares its running sums cannot hold raises here): ``(kind, terms, parts)``."""
         kind, parts = snapshot
         x = self._batched(x)
         # Inputs were validated before the step (decision, reward).
         if kind == "factors":
-            self.core.update_validated(*parts, x, actions, rewards, props)
+            return kind, self.core.propose_validated(*parts, x, actions, rewards, props), parts
+        return kind, self._feed.propose(parts, x, actions, rewards, props), parts
+
+    def _absorb(self, staged, x, actions, rewards, props):
+        kind, terms, parts = staged
+        if kind == "factors":
+            self.core.commit_round(terms)
         else:
-            self._feed.absorb(parts, x, actions, rewards, props)
+            self._feed.commit(terms, parts)
 
     def _restored(self) -> None:
         if self._feed is not None:

@@ -58,7 +58,7 @@ def _wrapper(cls, rounds, *, env=None):
 def _copy(value):
     if isinstance(value, dict):
         return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [_copy(v) for v in value]
     if isinstance(value, np.ndarray):
         return value.copy()
@@ -408,3 +408,98 @@ def test_an_all_zero_target_is_refused_at_construction():
         ParameterInference(env, {"T": np.eye(D1, D2), "Z": np.zeros((D1, D2))})
     with pytest.raises(ValueError, match=r"targets\['Z'\] is all zero"):
         ParameterInference(env, {"Z": -0.0 * np.ones((D1, D2))})
+
+
+# ------------------------------------- item 5: products of values each admissible alone
+def test_factors_whose_estimate_overflows_are_refused_by_the_core():
+    core = _core()
+    before = _copy(core.state_dict())
+    with pytest.raises(ValueError, match=r"estimate U\[0\] V\[0\]ᵀ may have entries"):
+        core.update(*_round(scale_u=1e100, scale_v=1e100))  # each 1e100, the estimate 1e200
+    _assert_same(before, core.state_dict())
+
+
+def test_a_round_whose_squares_overflow_is_refused_by_the_core():
+    # Factors of 1e70 (estimate 1e140) and a context of 1e100 are each admissible; the
+    # prediction <U Vᵀ, X> ~ 1e240 is not: its square is infinite.
+    core = _core()
+    before = _copy(core.state_dict())
+    with pytest.raises(ValueError, match=r"the round cannot be absorbed.*nothing was changed"):
+        core.update(*_round(scale_u=1e70, scale_v=1e70, scale_x=1e100))
+    _assert_same(before, core.state_dict())
+    core.update(*_round())
+    ci = core.interval(0, "T")
+    assert np.isfinite([ci.estimate, ci.low, ci.high]).all()
+
+
+@pytest.mark.parametrize("name", ["numpy", "numba"])
+@pytest.mark.parametrize("context", ["gaussian", "completion"])
+def test_the_feed_refuses_an_overflowing_round_before_writing_on_either_engine(name, context):
+    # An estimate of 1e60 and a context of 1e100 (gaussian), or an estimate entry of 1e155
+    # at the revealed entry (completion), are each admissible; the prediction's square is
+    # not.  Before the fix the round entered the sums and every interval was NaN after it.
+    from inference.estimator_feed import EstimatorFeed
+    from lrbandit_gym import engine
+
+    if name == "numba" and not engine.numba_available():
+        pytest.skip("needs numba (fast extra)")
+    rng = np.random.default_rng(0)
+    B = 3
+    M = rng.standard_normal((B, K, D1, D2))
+    if context == "gaussian":
+        M *= 1e60
+    else:
+        M[:, :, 0, 0] = 1e155  # rank 1 keeps it: every other entry of the estimate is tiny
+    props = np.full((B, K), 0.5)
+    actions = np.zeros(B, dtype=np.int64)
+    with engine.use(name), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        est = LowRankSGD(D1, D2, RANK, K, n_trials=B, context=context)
+        est.initialize(M)
+        core = LinearFormInference(D1, D2, RANK, K, _target(), n_trials=B, context=context)
+        feed = EstimatorFeed(est, core)
+
+        def absorb(X, rewards):
+            Xb, fp = est.check_context(X)
+            feed.absorb(feed.snapshot(Xb, actions, fp), Xb, actions, rewards, props)
+
+        for t in range(5):  # the estimate is held; only the core learns
+            if context == "completion":
+                X = np.array([[1 + t % (D1 - 1), 1 + t % (D2 - 1)]] * B)
+            else:
+                X = rng.standard_normal((B, D1, D2))
+            absorb(X, rng.standard_normal(B))
+        before = _copy(core.state_dict())
+        if context == "completion":
+            X = np.array([[1, 1], [1, 2], [0, 0]])
+        else:
+            X = rng.standard_normal((B, D1, D2))
+            X[2] *= 1e100
+        with pytest.raises(ValueError, match=r"cannot be absorbed \(trial 2\)"):
+            absorb(X, np.zeros(B))
+        _assert_same(before, core.state_dict())
+        absorb(X[:2].repeat([2, 1], axis=0), np.zeros(B))  # the sums still take rounds
+        assert np.isfinite(core.S2).all() and np.isfinite(core.sigma2).all()
+
+
+def test_a_wrapper_refuses_an_overflowing_round_before_any_layer_commits():
+    # The agent's estimate is of order 1e60 and the contexts of 1e100: each admissible, the
+    # prediction's square is not.  The round is refused while the step is prepared, so the
+    # wrapper and the bandit are as they were.
+    env, scales = _patched_env()
+    M = 1e60 * np.random.default_rng(0).standard_normal((K, D1, D2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        agent = EpsilonGreedy(env, rank=RANK, M_init=M, seed=0)
+    w = ParameterInference(env, _target(), estimator=agent.estimator)
+    w.reset(seed=0)
+    decision = Decision(0, P)
+    for _ in range(3):
+        w.step(decision)
+    scales["obs"] = 1e100
+    w.step(decision)  # returns the 1e100 context
+    before, bandit = _copy(w.state_dict()), w.unwrapped.checkpoint()
+    with pytest.raises(ValueError, match=r"the round cannot be absorbed"):
+        w.step(decision)
+    _assert_same(before, w.state_dict())
+    _assert_same(_copy(bandit), _copy(w.unwrapped.checkpoint()))

@@ -82,6 +82,8 @@ def test_own_estimator_and_a_policy_without_one():
         "<M_1, uv3>",
         "<M_1 - M_0, uv3>",
         "V*",
+        "V(arm 0)",
+        "V(uniform)",
     ]
     assert np.isfinite(result.arrays["warm_start_ratio"]).all()
     assert np.all(result.arrays["min_propensity"] == 0.5)

@@ -503,3 +503,24 @@ def test_a_wrapper_refuses_an_overflowing_round_before_any_layer_commits():
         w.step(decision)
     _assert_same(before, w.state_dict())
     _assert_same(_copy(bandit), _copy(w.unwrapped.checkpoint()))
+
+
+def test_a_wrapper_whose_core_has_no_validate_state_dict_still_restores():
+    from inference import PolicyEvaluation
+
+    def run(rounds):
+        env = lrbandit_gym.MatrixContextBanditEnv(
+            d1=D1, d2=D2, rank=RANK, n_actions=K, truth_seed=0
+        )
+        w = PolicyEvaluation(env, {"zero": lambda obs: 0}, rank=RANK, warm_start=WARM)
+        agent = UniformRandom(env, seed=rounds)
+        obs, _ = w.reset(seed=rounds)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(rounds):
+                obs, *_ = w.step(agent.act(obs))
+        return w
+
+    source, target = run(45), run(20)
+    target.load_state_dict(_copy(source.state_dict()))
+    _assert_same(source.state_dict(), target.state_dict())

@@ -152,8 +152,8 @@ def check_magnitude(arr: np.ndarray, name: str, *, batched: bool = False) -> Non
     """Raise unless every entry of ``arr`` is finite with magnitude at most
     :data:`MAX_MAGNITUDE`, naming the first offending entry (and trial, ``batched``).
 
-    One pass (``max`` and ``min``, no temporary) when the array is valid; a NaN makes
-    both comparisons fail, so non-finite entries are caught too.
+    Two reductions (``max`` and ``min``, no temporary array) when the array is valid; a NaN
+    makes both comparisons fail, so non-finite entries are caught too.
     """
     if arr.size == 0 or arr.dtype.kind in "biu":
         return

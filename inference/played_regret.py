@@ -28,7 +28,15 @@ import numpy as np
 from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.validation import check_positive_int
 
-__all__ = ["DEFAULT_RESERVOIR", "PlayedRules", "ValueBiasWarning", "played_regret"]
+__all__ = [
+    "DEFAULT_RESERVOIR",
+    "MIN_REFERENCE_PROPENSITY",
+    "PlayedRules",
+    "RegretCorrection",
+    "ValueBiasWarning",
+    "correct_interval",
+    "played_regret",
+]
 
 #: Rounds the reservoir keeps by default.
 DEFAULT_RESERVOIR = 256
@@ -91,14 +99,24 @@ class PlayedRules:
         self._rng = np.random.default_rng(self._seed)
         self._contexts = np.zeros(self._shape, dtype=np.int64 if self.completion else np.float32)
         self._arms = np.zeros(self._shape[:2], dtype=np.int64)
+        #: The smallest propensity of any arm in any round offered, per trial.
+        self.min_propensity = np.ones(self._shape[0])
 
     @property
     def count(self) -> int:
         """Rounds held (``m``, at most :attr:`size`)."""
         return min(self.seen, self.size)
 
-    def add(self, Xb: np.ndarray | OneHotContexts, arms: np.ndarray) -> None:
-        """Offer one round: contexts ``Xb`` (B, d1, d2) or one-hot indices, greedy arms (B,)."""
+    def add(
+        self,
+        Xb: np.ndarray | OneHotContexts,
+        arms: np.ndarray,
+        propensities: np.ndarray | None = None,
+    ) -> None:
+        """Offer one round: contexts ``Xb`` (B, d1, d2) or one-hot indices, greedy arms (B,),
+        and the logging policy's propensities of every arm (B, K), if known."""
+        if propensities is not None:
+            np.minimum(self.min_propensity, propensities.min(axis=1), out=self.min_propensity)
         t = self.seen
         slot = t if t < self.size else int(self._rng.integers(t + 1))
         if slot < self.size:
@@ -118,6 +136,7 @@ class PlayedRules:
     def state_dict(self) -> dict[str, Any]:
         return {
             "seen": self.seen,
+            "min_propensity": self.min_propensity.copy(),
             "contexts": self._contexts.copy(),
             "arms": self._arms.copy(),
             "rng": self._rng.bit_generator.state,
@@ -138,8 +157,14 @@ class PlayedRules:
             raise ValueError(f"state['arms'] must be an integer array of shape {self._arms.shape}")
         if not np.isfinite(contexts).all():
             raise ValueError("state['contexts'] must be finite")
+        low = np.asarray(state["min_propensity"], dtype=float)
+        if low.shape != self.min_propensity.shape or not ((low >= 0) & (low <= 1)).all():
+            raise ValueError(
+                f"state['min_propensity'] must hold {self.min_propensity.shape} values in [0, 1]"
+            )
         rng = np.random.default_rng()
         rng.bit_generator.state = state["rng"]
+        self.min_propensity = low.copy()
         self.seen = int(seen)
         self._contexts, self._arms, self._rng = contexts.copy(), arms.astype(np.int64), rng
 
@@ -188,6 +213,12 @@ CORRECTIONS = ("auto", "regret", "none")
 
 #: ``R̂_n`` above this many standard errors of ``V*`` raises :class:`ValueBiasWarning`.
 WARN_RATIO = 1.0
+
+#: A trial whose logging propensities fell below this (weights ``1/π`` above 200) is not
+#: corrected: the one-step reference, an inverse-propensity-weighted average, is then too
+#: noisy for its regret to mean anything (softmax at a low temperature), and the interval
+#: is the paper's (the ``method`` says in how many trials).
+MIN_REFERENCE_PROPENSITY = 0.005
 
 
 class RegretCorrection:
@@ -251,7 +282,7 @@ class RegretCorrection:
 
     def absorb(self, parts, Xb, predictions, actions, rewards, props) -> None:
         """After the step: keep the round in the reservoir and feed the own reference."""
-        self.rules.add(Xb, predictions.argmax(axis=1))
+        self.rules.add(Xb, predictions.argmax(axis=1), props)
         if self._feed is not None:
             self._feed.absorb(parts, Xb, actions, rewards, props)
 
@@ -271,7 +302,9 @@ class RegretCorrection:
                 [np.asarray(core.one_step(a)).reshape(B, self.d1, self.d2) for a in range(self.K)],
                 axis=1,
             )
-        return played_regret(ref, self.rules, n_obs)
+        regret, variance = played_regret(ref, self.rules, n_obs)
+        usable = self.rules.min_propensity >= MIN_REFERENCE_PROPENSITY
+        return np.where(usable, regret, np.nan), np.where(usable, variance, np.nan)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -319,6 +352,8 @@ def correct_interval(ci, regret, variance, *, kind, tuning_n, level, batched, **
 
     est = np.atleast_1d(np.asarray(ci.estimate, dtype=float))
     se = np.atleast_1d(np.asarray(ci.standard_error, dtype=float))
+    skipped = np.isnan(regret) & np.isfinite(est)
+    regret, variance = np.where(skipped, 0.0, regret), np.where(skipped, 0.0, variance)
     total = np.sqrt(se * se + variance)
     ratio = regret / total
     large = ratio > WARN_RATIO
@@ -326,6 +361,12 @@ def correct_interval(ci, regret, variance, *, kind, tuning_n, level, batched, **
         "; corrected by the estimated regret of the greedy rules played, bias-aware where "
         "the correction exceeds one standard error (docs/method.md §10)"
     )
+    if skipped.any():
+        n_skip = f"{int(skipped.sum())} of {skipped.size} trials" if batched else "this run"
+        method += (
+            f"; not corrected in {n_skip}: propensities below {MIN_REFERENCE_PROPENSITY:g} "
+            "make the reference too noisy"
+        )
     if kind == "sequence":
         method += f"; anytime-valid asymptotic confidence sequence tuned at n = {tuning_n}"
     out = kind_interval(

@@ -266,8 +266,9 @@ class _ValueMixin(InferenceWrapperBase):
 
     def played_regret(self) -> tuple[np.ndarray, np.ndarray] | None:
         """``(R̂_n, var)``: the estimated regret of the greedy rules played and its sampling
-        variance, arrays of shape ``(B,)`` (``(1,)`` for one bandit); None when
-        ``correction="none"`` (docs/method.md §10)."""
+        variance, arrays of shape ``(B,)`` (``(1,)`` for one bandit; NaN in a trial whose
+        propensities fell below ``MIN_REFERENCE_PROPENSITY``, which is not corrected); None
+        when ``correction="none"`` (docs/method.md §10)."""
         if self._regret is None or not self.core.n_obs:
             return None
         return self._regret.regret(self.core.n_obs)

@@ -161,3 +161,20 @@ def test_correction_removes_the_regret_bias():
     assert z_paper.mean() < -0.3
     assert abs(z_fixed.mean()) < 0.2
     assert 0.93 <= np.mean(np.abs(z_fixed) < 1.96) <= 0.98
+
+
+def test_no_correction_where_propensities_vanish():
+    """Weights above 1/MIN_REFERENCE_PROPENSITY make the one-step reference meaningless:
+    the trial keeps the paper's estimate, and the method says so."""
+    env = gym.make("MatrixContextBandit-v0", d1=6, d2=6, rank=1)
+    pmf = np.array([0.003, 0.997])
+    value = ValueInference(env, rank=1, warm_start=200, propensity_fn=lambda obs: pmf)
+    value.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(600):
+        value.step(int(rng.random() < pmf[1]))
+    regret, _ = value.played_regret()
+    assert np.isnan(regret).all()
+    ci, paper = value.interval(), value.core.interval()
+    assert (ci.estimate, ci.low, ci.high) == (paper.estimate, paper.low, paper.high)
+    assert "not corrected in this run" in ci.method

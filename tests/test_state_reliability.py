@@ -524,3 +524,25 @@ def test_a_wrapper_whose_core_has_no_validate_state_dict_still_restores():
     source, target = run(45), run(20)
     target.load_state_dict(_copy(source.state_dict()))
     _assert_same(source.state_dict(), target.state_dict())
+
+
+@pytest.mark.parametrize("kind", ["buffer-float64", "streaming"])
+@pytest.mark.parametrize("entry", [1e200, -1e160])
+def test_a_warm_start_refuses_a_context_whose_square_overflows(kind, entry):
+    # Stored (or summed into the moments), a 1e200 context made every later fit fail.
+    from agents.streaming_warm_start import StreamingWarmStart
+    from agents.warm_start_buffer import WarmStartBuffer
+
+    rng = np.random.default_rng(0)
+    if kind == "streaming":
+        warm = StreamingWarmStart(D1, D2, K, 40, RANK)
+    else:
+        warm = WarmStartBuffer(D1, D2, K, 40, dtype=np.float64)
+    for t in range(5):
+        warm.add(rng.standard_normal((D1, D2)), t % 2, float(rng.normal()))
+    before = _copy(warm.state_dict())
+    X = rng.standard_normal((D1, D2))
+    X[1, 2] = entry
+    with pytest.raises(ValueError, match=r"must have entries of magnitude <= MAX_MAGNITUDE"):
+        warm.add(X, 0, 0.5)
+    _assert_same(before, warm.state_dict())

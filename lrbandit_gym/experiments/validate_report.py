@@ -309,11 +309,21 @@ class ValidationResult:
             parts = ", ".join(
                 f"n = {n}: median {np.nanmedian(bias[c]):.2f}, warned in "
                 f"{np.mean(bias[c] > 1):.0%} of trials"
+                + (
+                    f", not corrected in {np.mean(np.isnan(bias[c])):.0%}"
+                    if np.isnan(bias[c]).any()
+                    else ""
+                )
                 for c, n in enumerate(a["checkpoints"])
             )
             lines.append(
                 "V* regret correction R̂/s.e. (docs/method.md §10; ValueBiasWarning above 1): "
                 + parts
+            )
+        elif bias is not None and any(q.label == "V*" for q in self.quantities):
+            lines.append(
+                "V* regret correction not applied (correction='none', or propensities below "
+                "MIN_REFERENCE_PROPENSITY in every trial: the paper's estimate; method.md §10)"
             )
         if np.isfinite(a["min_propensity"]).any():
             lines.append(

@@ -1,0 +1,49 @@
+"""Logged bandit feedback: the log format, a recorder wrapper and a replay environment.
+
+A *log* is a mapping of column names to numpy arrays, one row per round (docs/logs.md):
+the context acted on (``context``, or ``context_index`` for completion contexts), the
+``action``, the ``reward``, the chosen arm's ``propensity`` and optionally the logging
+policy's whole ``pmf``, with the simulator's oracle values apart under ``oracle_*``.
+
+- :mod:`lrbandit_gym.logs.format`: :func:`validate_log`, :func:`save_log`,
+  :func:`load_log` (``.npz``, or ``.parquet`` with pyarrow);
+- :class:`RecordRounds` / :class:`VectorRecordRounds`: record a run as a log;
+- :class:`LogReplayEnv`: replay a log as a bandit, which is how
+  :func:`inference.analyze` runs the inference wrappers on a saved log.
+"""
+
+from lrbandit_gym.logs.format import (
+    CONTEXT_COLUMNS,
+    CONTEXT_LAWS,
+    FORMAT_VERSION,
+    METADATA,
+    ORACLE_PREFIX,
+    PMF_TOL,
+    REQUIRED_COLUMNS,
+    LogFormatError,
+    load_log,
+    log_sizes,
+    save_log,
+    validate_log,
+)
+from lrbandit_gym.logs.recorder import ORACLE_KEYS, RecordRounds, VectorRecordRounds
+from lrbandit_gym.logs.replay import LogReplayEnv
+
+__all__ = [
+    "CONTEXT_COLUMNS",
+    "CONTEXT_LAWS",
+    "FORMAT_VERSION",
+    "METADATA",
+    "ORACLE_KEYS",
+    "ORACLE_PREFIX",
+    "PMF_TOL",
+    "REQUIRED_COLUMNS",
+    "LogFormatError",
+    "LogReplayEnv",
+    "RecordRounds",
+    "VectorRecordRounds",
+    "load_log",
+    "log_sizes",
+    "save_log",
+    "validate_log",
+]

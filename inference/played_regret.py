@@ -38,11 +38,25 @@ __all__ = [
     "played_regret",
 ]
 
-#: Rounds the reservoir keeps by default.
+#: Rounds the reservoir keeps by default, at most (:func:`default_reservoir_size`).
 DEFAULT_RESERVOIR = 256
+
+#: Memory the default reservoir keeps within (its size shrinks, down to
+#: :data:`MIN_DEFAULT_RESERVOIR` rounds, for many trials of large contexts).
+DEFAULT_RESERVOIR_BYTES = 2**28
+MIN_DEFAULT_RESERVOIR = 16
 
 #: Largest reservoir (bytes) a wrapper allocates without being asked for a smaller one.
 MAX_RESERVOIR_BYTES = 2**30
+
+
+def default_reservoir_size(d1: int, d2: int, n_trials: int | None, completion: bool) -> int:
+    """:data:`DEFAULT_RESERVOIR` rounds, fewer where that would keep more than
+    :data:`DEFAULT_RESERVOIR_BYTES` of contexts (never below :data:`MIN_DEFAULT_RESERVOIR`;
+    a smaller reservoir only adds sampling variance, which the standard error carries)."""
+    per_round = (1 if n_trials is None else n_trials) * (16 if completion else 4 * d1 * d2)
+    fits = DEFAULT_RESERVOIR_BYTES // per_round
+    return int(min(DEFAULT_RESERVOIR, max(MIN_DEFAULT_RESERVOIR, fits)))
 
 
 class ValueBiasWarning(UserWarning):
@@ -233,17 +247,19 @@ class RegretCorrection:
     ----------
     wrapper : InferenceWrapperBase
         The value wrapper (after its ``_setup``).
-    size : int
-        Rounds the reservoir keeps.
+    size : int or None
+        Rounds the reservoir keeps (None: :func:`default_reservoir_size`).
     """
 
-    def __init__(self, wrapper, size: int) -> None:
+    def __init__(self, wrapper, size: int | None) -> None:
         from inference.estimator_feed import EstimatorFeed
         from inference.linear_form import LinearFormInference
 
         self.d1, self.d2, self.K = wrapper.d1, wrapper.d2, wrapper.n_actions
         self.n_trials = wrapper.n_trials
         completion = wrapper._shape.context == "completion"
+        if size is None:
+            size = default_reservoir_size(self.d1, self.d2, self.n_trials, completion)
         self.rules = PlayedRules(self.d1, self.d2, self.n_trials, size, completion=completion)
         self._below = None
         layer = wrapper.env

@@ -39,7 +39,6 @@ from inference.linear_form import LinearFormInference
 from inference.optimal_value import OptimalValueInference
 from inference.played_regret import (
     CORRECTIONS,
-    DEFAULT_RESERVOIR,
     RegretCorrection,
     correct_interval,
 )
@@ -220,7 +219,7 @@ class _ValueMixin(InferenceWrapperBase):
         warm_start,
         sgd_kwargs,
         correction="auto",
-        regret_reservoir=DEFAULT_RESERVOIR,
+        regret_reservoir=None,
     ):
         if correction not in CORRECTIONS:
             raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}")
@@ -496,7 +495,9 @@ class ValueInference(_ValueMixin, gym.Wrapper, RecordConstructorArgs):
     ``correction``: "regret" adds to the paper's ``V̂_n`` the estimated regret of the
     greedy rules it evaluates, read against the one-step estimate of a
     :class:`ParameterInference` below that shares the estimator (or of an own core) on a
-    reservoir of ``regret_reservoir`` past rounds (docs/method.md §10); "none" is the
+    reservoir of ``regret_reservoir`` past rounds (default 256, fewer for many trials of
+    large contexts: :func:`inference.played_regret.default_reservoir_size`;
+    docs/method.md §10); "none" is the
     paper's estimate; "auto" (default) is "regret" with a low-rank estimator and known
     propensities, "none" otherwise (the interval's ``method`` says which).
     ``info["value_inference"]`` holds the running ``V̂_n``, its standard error and ``n_obs``.
@@ -514,7 +515,7 @@ class ValueInference(_ValueMixin, gym.Wrapper, RecordConstructorArgs):
         propensities: str = "known",
         warm_start=None,
         correction: str = "auto",
-        regret_reservoir: int = DEFAULT_RESERVOIR,
+        regret_reservoir: int | None = None,
         **sgd_kwargs,
     ):
         self._check_kind(env)
@@ -558,7 +559,7 @@ class VectorValueInference(_ValueMixin, VectorWrapper, RecordConstructorArgs):
         propensities: str = "known",
         warm_start=None,
         correction: str = "auto",
-        regret_reservoir: int = DEFAULT_RESERVOIR,
+        regret_reservoir: int | None = None,
         **sgd_kwargs,
     ):
         self._check_kind(env)

@@ -12,6 +12,7 @@ except Exception as exc:
     raise companion_error("agents", f"importing it failed: {exc!r}") from exc
 check_companion(_agents, "agents", "LowRankSGD")
 
+from inference.analyze import AnalysisResult, analyze  # noqa: E402
 from inference.exploration_only import ExplorationOnlyInference  # noqa: E402
 from inference.linear_form import LinearFormInference  # noqa: E402
 from inference.optimal_value import OptimalValueInference  # noqa: E402
@@ -32,6 +33,7 @@ from inference.wrappers import (  # noqa: E402
 
 __all__ = [
     "GREEDY",
+    "AnalysisResult",
     "ExplorationOnlyInference",
     "InferenceCallback",
     "InsufficientDataWarning",
@@ -46,6 +48,7 @@ __all__ = [
     "VectorParameterInference",
     "VectorPolicyEvaluation",
     "VectorValueInference",
+    "analyze",
 ]
 
 

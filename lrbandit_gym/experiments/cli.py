@@ -1,5 +1,5 @@
 """The ``lrbandit`` command line: ``demo``, ``reproduce``, ``figures``, ``bench``,
-``compare`` and ``validate``.
+``compare``, ``validate`` and ``analyze``.
 
 One convention for every subcommand: a bad argument is a usage error (exit status 2, the
 message names the option, before anything runs); a run that fails exits with status 1 and
@@ -385,6 +385,13 @@ def _validate(args: argparse.Namespace) -> int:
     return run_validate_command(args, args.parser)
 
 
+def _analyze(args: argparse.Namespace) -> int:
+    """Intervals from a saved log (:func:`inference.analyze`)."""
+    from lrbandit_gym.experiments.analyze_cli import run_analyze
+
+    return run_analyze(args, args.parser)
+
+
 def add_output_arguments(sub: argparse.ArgumentParser, default: str | None, what: str) -> None:
     """``--out FOLDER`` and ``--overwrite``: one meaning for every subcommand."""
     sub.add_argument(
@@ -577,6 +584,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     val = add_validate_parser(sub)
     val.set_defaults(func=_validate, parser=val)
+
+    from lrbandit_gym.experiments.analyze_cli import add_analyze_parser
+
+    ana = add_analyze_parser(sub)
+    ana.set_defaults(func=_analyze, parser=ana)
     return parser
 
 

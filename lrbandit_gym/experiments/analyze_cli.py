@@ -1,0 +1,281 @@
+"""``lrbandit analyze LOG``: the intervals of :func:`inference.analyze` on a saved log.
+
+Targets and policies are given on the command line as ``NAME=SPEC``:
+
+- ``--target NAME=entry:J,K`` (the entry ``(J, K)`` of every ``M_a``), ``NAME=eye`` (the
+  trace of the top square block, ``T = I``), ``NAME=FILE.npy`` (a ``(d1, d2)`` array) or
+  ``NAME=FILE.npz:KEY``;
+- ``--policy NAME=greedy`` (the greedy rule of the estimate) or ``NAME=arm:A`` (always
+  arm ``A``).
+
+Usage errors (exit 2) name the argument: a malformed spec, a log file that is missing or
+does not follow the format (the message names the column and the row), a target of the
+wrong shape, ``V*`` or policies asked of a log without ``pmf``.  A round the wrappers
+refuse during the replay exits 1, naming its row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["OUTPUT_FILES", "add_analyze_parser", "parse_policy", "parse_target", "run_analyze"]
+
+#: The files ``--out`` receives.
+OUTPUT_FILES = ("analyze.csv", "analyze.md")
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
+
+
+def _split(text: str, option: str) -> tuple[str, str]:
+    match = re.fullmatch(rf"({_NAME})=(.+)", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"{option} takes NAME=SPEC (a name of letters, digits, _ . -); got {text!r}"
+        )
+    return match.group(1), match.group(2)
+
+
+def parse_target(text: str) -> tuple[str, str]:
+    """argparse type of ``--target``: ``(name, spec)``, the spec's syntax checked."""
+    name, spec = _split(text, "--target")
+    ok = (
+        spec == "eye"
+        or re.fullmatch(r"entry:\d+,\d+", spec)
+        or spec.endswith(".npy")
+        or re.fullmatch(r".+\.npz:.+", spec)
+    )
+    if not ok:
+        raise argparse.ArgumentTypeError(
+            f"--target {name}= takes entry:J,K, eye, FILE.npy or FILE.npz:KEY; got {spec!r}"
+        )
+    return name, spec
+
+
+def parse_policy(text: str) -> tuple[str, str]:
+    """argparse type of ``--policy``: ``(name, spec)`` with spec ``greedy`` or ``arm:A``."""
+    name, spec = _split(text, "--policy")
+    if spec != "greedy" and not re.fullmatch(r"arm:\d+", spec):
+        raise argparse.ArgumentTypeError(f"--policy {name}= takes greedy or arm:A; got {spec!r}")
+    return name, spec
+
+
+def _target_matrix(name: str, spec: str, d1: int, d2: int) -> np.ndarray:
+    """The ``(d1, d2)`` matrix of a target spec; ValueError naming the target."""
+    if spec == "eye":
+        return np.eye(d1, d2)
+    if spec.startswith("entry:"):
+        j, k = (int(v) for v in spec[len("entry:") :].split(","))
+        if not (j < d1 and k < d2):
+            raise ValueError(f"target {name!r}: entry ({j}, {k}) is outside ({d1}, {d2})")
+        t = np.zeros((d1, d2))
+        t[j, k] = 1.0
+        return t
+    file, _, key = spec.partition(".npz:")
+    try:
+        if key:
+            with np.load(file + ".npz", allow_pickle=False) as data:
+                if key not in data.files:
+                    raise ValueError(f"no array {key!r} in {file}.npz (it has {data.files})")
+                arr = np.array(data[key])
+        else:
+            arr = np.load(spec, allow_pickle=False)
+    except OSError as exc:
+        raise ValueError(f"target {name!r}: cannot read {spec!r}: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"target {name!r}: {exc}") from None
+    if arr.shape != (d1, d2) or arr.dtype.kind not in "iuf" or not np.isfinite(arr).all():
+        raise ValueError(
+            f"target {name!r} must be a finite real ({d1}, {d2}) array; got shape "
+            f"{arr.shape}, dtype {arr.dtype}"
+        )
+    return arr.astype(float)
+
+
+def _policy(spec: str, n_actions: int) -> Any:
+    if spec == "greedy":
+        return "greedy"
+    arm = int(spec[len("arm:") :])
+    if arm >= n_actions:
+        raise ValueError(f"arm {arm} is outside [0, {n_actions})")
+    return lambda obs: arm
+
+
+def add_analyze_parser(sub) -> argparse.ArgumentParser:
+    """The ``analyze`` subparser."""
+    from lrbandit_gym.experiments.cli import add_output_arguments, positive_int
+
+    p = sub.add_parser(
+        "analyze",
+        help="intervals from a saved log of bandit feedback (docs/logs.md)",
+        description="Replay a log (.npz or .parquet, docs/logs.md) through the inference "
+        "wrappers and print every interval they give: <M_a, T> and arm differences per "
+        "--target, V* (needs the log's pmf), and the values of --policy targets.",
+    )
+    p.add_argument("log", help="the log file (.npz, or .parquet with pyarrow)")
+    p.add_argument(
+        "--target",
+        type=parse_target,
+        action="append",
+        default=[],
+        metavar="NAME=SPEC",
+        help="a linear form T: entry:J,K, eye, FILE.npy or FILE.npz:KEY (repeatable)",
+    )
+    p.add_argument(
+        "--policy",
+        type=parse_policy,
+        action="append",
+        default=[],
+        metavar="NAME=SPEC",
+        help="a target policy to evaluate: greedy or arm:A (repeatable; needs the pmf)",
+    )
+    p.add_argument("--rank", type=positive_int, required=True, help="rank of the model")
+    p.add_argument(
+        "--warm-start",
+        type=positive_int,
+        default=None,
+        help="rounds of the estimator's warm start (default: sized from the problem)",
+    )
+    p.add_argument("--no-value", action="store_true", help="do not estimate V*")
+    p.add_argument(
+        "--kind",
+        choices=["fixed", "sequence"],
+        default="fixed",
+        help="fixed-n intervals or anytime-valid confidence sequences",
+    )
+    p.add_argument(
+        "--tuning-n",
+        type=positive_int,
+        default=None,
+        help="round at which the confidence sequences are tightest (default 1000)",
+    )
+    p.add_argument(
+        "--confidence-level",
+        type=float,
+        default=0.95,
+        help="nominal coverage, in (0, 1); default 0.95",
+    )
+    add_output_arguments(p, None, "analyze.csv and analyze.md (default: print only)")
+    return p
+
+
+def run_analyze(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run ``lrbandit analyze``; usage errors exit 2 naming the argument."""
+    from inference import analyze
+    from inference.sequences import DEFAULT_TUNING_N
+    from lrbandit_gym.experiments.outputs import (
+        OutputError,
+        RunStamp,
+        check_outputs,
+        remove_stale,
+        write_csv,
+        write_text,
+    )
+    from lrbandit_gym.logs import LogFormatError, load_log
+
+    if not 0 < args.confidence_level < 1:
+        parser.error(f"argument --confidence-level: must be in (0, 1); got {args.confidence_level}")
+    for option, pairs in (("--target", args.target), ("--policy", args.policy)):
+        names = [n for n, _ in pairs]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            parser.error(f"argument {option}: name(s) {dup} given twice")
+    if not args.target and args.no_value and not args.policy:
+        parser.error(
+            "argument --target: nothing to estimate: give --target, --policy or drop --no-value"
+        )
+    found = []
+    if args.out is not None:
+        try:
+            found = check_outputs(args.out, OUTPUT_FILES, args.overwrite)
+        except OutputError as exc:
+            parser.error(f"argument {exc.option}: {exc}")
+    if not Path(args.log).is_file():
+        parser.error(f"argument log: no such file: {args.log!r}")
+    try:
+        log = load_log(args.log)
+    except (LogFormatError, ValueError, OSError) as exc:
+        parser.error(f"argument log: {exc}")
+    except ImportError as exc:
+        parser.error(f"argument log: {exc}")
+    d1, d2, K = int(log["d1"]), int(log["d2"]), int(log["n_actions"])
+    has_pmf = "pmf" in log
+    try:
+        targets = {n: _target_matrix(n, s, d1, d2) for n, s in args.target}
+    except ValueError as exc:
+        parser.error(f"argument --target: {exc}")
+    try:
+        policies = {n: _policy(s, K) for n, s in args.policy}
+    except ValueError as exc:
+        parser.error(f"argument --policy: {exc}")
+    if not has_pmf and not args.no_value:
+        parser.error(
+            "argument --no-value: the log has no 'pmf' column, and V* reads the logging "
+            "policy's propensity at the estimated optimal arm; pass --no-value (the "
+            "parameter intervals need only 'propensity')"
+        )
+    if not has_pmf and policies:
+        parser.error(
+            "argument --policy: the log has no 'pmf' column, and a policy's value needs "
+            "every arm's logging propensity (to check the logging policy could play the "
+            "target's arms)"
+        )
+    tuning_n = DEFAULT_TUNING_N if args.tuning_n is None else args.tuning_n
+    try:
+        result = analyze(
+            log,
+            targets or None,
+            rank=args.rank,
+            warm_start=args.warm_start,
+            value=not args.no_value,
+            policies=policies or None,
+            confidence_level=args.confidence_level,
+            kind=args.kind,
+            tuning_n=tuning_n,
+        )
+    except LogFormatError as exc:
+        parser.error(f"argument log: {exc}")
+    except ValueError as exc:
+        if "the warm start takes" in str(exc):
+            parser.error(f"argument --warm-start: {exc}")
+        print(f"lrbandit analyze: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.log}: {d1} x {d2} contexts ({log['context_law']}), {K} arms")
+    print(result.summary())
+    if args.out is not None:
+        settings = {
+            "log": str(args.log),
+            "targets": dict(args.target),
+            "policies": dict(args.policy),
+            "rank": args.rank,
+            "warm_start": args.warm_start,
+            "value": not args.no_value,
+            "kind": args.kind,
+            "tuning_n": tuning_n,
+            "confidence_level": args.confidence_level,
+        }
+        stamp = RunStamp.of("lrbandit analyze", settings, None)
+        out = Path(args.out)
+        rows = _records(result)
+        written = [
+            write_csv(out / "analyze.csv", rows, stamp),
+            write_text(out / "analyze.md", "```\n" + result.summary() + "\n```\n", stamp),
+        ]
+        remove_stale(found, written, stream=sys.stderr)
+        print(f"wrote {', '.join(written)}", file=sys.stderr)
+    return 0
+
+
+def _records(result) -> list[dict[str, Any]]:
+    """The rows of ``result.to_frame()``, without needing pandas."""
+    from inference.results import interval_rows
+
+    return [
+        {"quantity": label, **interval_rows(ci)[0], "n_obs": ci.n_obs, "method": ci.method}
+        for label, ci in result.results
+    ]

@@ -23,7 +23,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.utils import RecordConstructorArgs
-from gymnasium.vector import VectorEnv, VectorWrapper
+from gymnasium.vector import VectorWrapper
 
 from agents.estimator import LowRankSGD
 from inference.policy_value import PolicyValueInference, check_target_pmfs
@@ -229,7 +229,37 @@ _DOC_PARAMETERS = """
 """
 
 
-class PolicyEvaluation(_PolicyMixin, gym.Wrapper, RecordConstructorArgs):
+class _PolicyEvaluationBase(_PolicyMixin):
+    """The constructor both twins share; ``_layer`` is their Gymnasium wrapper class."""
+
+    _layer: type
+
+    def __init__(
+        self,
+        env,
+        policies: Mapping[str, Any],
+        rank: int = 3,
+        *,
+        estimator=None,
+        propensity_fn=None,
+        warm_start=None,
+        **sgd_kwargs,
+    ):
+        self._check_kind(env)
+        RecordConstructorArgs.__init__(
+            self,
+            policies=policies,
+            rank=rank,
+            estimator=estimator,
+            propensity_fn=propensity_fn,
+            warm_start=warm_start,
+            **sgd_kwargs,
+        )
+        self._layer.__init__(self, env)
+        self._init_policy(env, policies, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
+
+
+class PolicyEvaluation(_PolicyEvaluationBase, gym.Wrapper, RecordConstructorArgs):
     __doc__ = (
         """Online confidence intervals for the values of target policies while another
     policy plays (docs/method.md §9).
@@ -243,58 +273,12 @@ class PolicyEvaluation(_PolicyMixin, gym.Wrapper, RecordConstructorArgs):
     )
 
     _vector = False
-
-    def __init__(
-        self,
-        env: gym.Env,
-        policies: Mapping[str, Any],
-        rank: int = 3,
-        *,
-        estimator=None,
-        propensity_fn=None,
-        warm_start=None,
-        **sgd_kwargs,
-    ):
-        self._check_kind(env)
-        RecordConstructorArgs.__init__(
-            self,
-            policies=policies,
-            rank=rank,
-            estimator=estimator,
-            propensity_fn=propensity_fn,
-            warm_start=warm_start,
-            **sgd_kwargs,
-        )
-        gym.Wrapper.__init__(self, env)
-        self._init_policy(env, policies, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
+    _layer = gym.Wrapper
 
 
-class VectorPolicyEvaluation(_PolicyMixin, VectorWrapper, RecordConstructorArgs):
+class VectorPolicyEvaluation(_PolicyEvaluationBase, VectorWrapper, RecordConstructorArgs):
     """Vector twin of :class:`PolicyEvaluation`: target callables receive the batched
     observation and return ``(B, K)`` pmfs or ``(B,)`` actions."""
 
     _vector = True
-
-    def __init__(
-        self,
-        env: VectorEnv,
-        policies: Mapping[str, Any],
-        rank: int = 3,
-        *,
-        estimator=None,
-        propensity_fn=None,
-        warm_start=None,
-        **sgd_kwargs,
-    ):
-        self._check_kind(env)
-        RecordConstructorArgs.__init__(
-            self,
-            policies=policies,
-            rank=rank,
-            estimator=estimator,
-            propensity_fn=propensity_fn,
-            warm_start=warm_start,
-            **sgd_kwargs,
-        )
-        VectorWrapper.__init__(self, env)
-        self._init_policy(env, policies, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
+    _layer = VectorWrapper

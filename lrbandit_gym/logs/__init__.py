@@ -9,9 +9,12 @@ policy's whole ``pmf``, with the simulator's oracle values apart under ``oracle_
   :func:`load_log` (``.npz``, or ``.parquet`` with pyarrow);
 - :class:`RecordRounds` / :class:`VectorRecordRounds`: record a run as a log;
 - :class:`LogReplayEnv`: replay a log as a bandit, which is how
-  :func:`inference.analyze` runs the inference wrappers on a saved log.
+  :func:`inference.analyze` runs the inference wrappers on a saved log;
+- :mod:`lrbandit_gym.logs.export`: :func:`to_obp` (Open Bandit Pipeline's
+  ``bandit_feedback``) and :func:`to_vw` (Vowpal Wabbit's contextual-bandit text format).
 """
 
+from lrbandit_gym.logs.export import to_obp, to_vw
 from lrbandit_gym.logs.format import (
     CONTEXT_COLUMNS,
     CONTEXT_LAWS,
@@ -45,5 +48,7 @@ __all__ = [
     "load_log",
     "log_sizes",
     "save_log",
+    "to_obp",
+    "to_vw",
     "validate_log",
 ]

@@ -70,7 +70,7 @@ ORACLE_PREFIX = "oracle_"
 PMF_TOL = PROPENSITY_TOL
 
 # Rows checked at once in the passes over the context (bounds the temporary memory).
-_CHUNK_ROWS = 4096
+_CHUNK_ROWS = 1024
 # The schema metadata key of a Parquet log.
 _PARQUET_KEY = b"lrbandit_log"
 
@@ -142,16 +142,24 @@ def _first(bad: np.ndarray) -> int:
     return int(np.argmax(bad))
 
 
+def _admissible(block: np.ndarray) -> np.ndarray:
+    """Entries that are finite with magnitude at most MAX_MAGNITUDE (every finite float32
+    is: its largest is about 3.4e38)."""
+    if block.dtype == np.float32:
+        return np.isfinite(block)
+    return np.abs(block) <= MAX_MAGNITUDE  # NaN fails the comparison
+
+
 def _check_finite_rows(arr: np.ndarray, name: str) -> None:
     """Every entry finite with magnitude at most MAX_MAGNITUDE (its square must stay finite
     in float64), checked a chunk of rows at a time; the error names the first bad row."""
     n = arr.shape[0]
     for start in range(0, n, _CHUNK_ROWS):
         block = arr[start : start + _CHUNK_ROWS].reshape(min(_CHUNK_ROWS, n - start), -1)
-        ok = (np.abs(block) <= MAX_MAGNITUDE).all(axis=1)  # NaN fails the comparison
+        ok = _admissible(block).all(axis=1)
         if not ok.all():
             row = _first(~ok)
-            values = block[row][~(np.abs(block[row]) <= MAX_MAGNITUDE)]
+            values = block[row][~_admissible(block[row])]
             raise LogFormatError(
                 name,
                 f"must be finite with magnitude at most {MAX_MAGNITUDE:g}; got "

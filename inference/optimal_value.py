@@ -37,6 +37,7 @@ from lrbandit_gym.validation import (
     check_batch_vector,
     check_choice,
     check_confidence_level,
+    check_magnitude,
     check_matrix_stack,
     check_n_trials,
     check_positive_int,
@@ -173,8 +174,11 @@ class OptimalValueInference:
         Raises
         ------
         ValueError
-            If ``propensities[a_hat_t] <= 0`` in some trial (named when batched).
+            If ``propensities[a_hat_t] <= 0`` in some trial (named when batched), or a
+            prediction is not finite or above ``MAX_MAGNITUDE`` in magnitude (its square
+            enters the sums).
         """
+        check_magnitude(predictions, "predictions", batched=self.batched)
         if len(predictions) == 1 and propensities[0, predictions[0].argmax()] >= MIN_PROPENSITY:
             return  # one trial, the common case: no small-array work
         a_hat = np.argmax(predictions, axis=1)

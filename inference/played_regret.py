@@ -296,11 +296,19 @@ class RegretCorrection:
         """Before the step: what the own reference core needs (None when shared)."""
         return None if self._feed is None else self._feed.snapshot(Xb, actions, fingerprint)
 
-    def absorb(self, parts, Xb, predictions, actions, rewards, props) -> None:
-        """After the step: keep the round in the reservoir and feed the own reference."""
+    def stage(self, parts, Xb, actions, rewards, props):
+        """After the step, before any layer commits: the own reference core's round
+        computed and checked (what can fail), or None when the reference is shared."""
+        if self._feed is None:
+            return None
+        return self._feed.propose(parts, Xb, actions, rewards, props), parts
+
+    def absorb(self, staged, Xb, predictions, props) -> None:
+        """Commit the round (cannot fail): keep it in the reservoir, feed the own reference
+        the terms :meth:`stage` computed."""
         self.rules.add(Xb, predictions.argmax(axis=1), props)
-        if self._feed is not None:
-            self._feed.absorb(parts, Xb, actions, rewards, props)
+        if staged is not None:
+            self._feed.commit(*staged)
 
     def forget(self) -> None:
         if self._feed is not None:

@@ -144,9 +144,13 @@ class _PolicyMixin(InferenceWrapperBase):
             )
         return pred, pmfs
 
-    def _absorb(self, snapshot, x, actions, rewards, props):
+    def _stage(self, snapshot, x, actions, rewards, props):
+        """The round's terms computed and checked before any layer commits."""
         pred, pmfs = snapshot
-        self.core.update_validated(pred, actions, rewards, props, pmfs)
+        return self.core.propose(pred, actions, rewards, props, pmfs)
+
+    def _absorb(self, staged, x, actions, rewards, props):
+        self.core.commit(staged)
 
     def _restored(self) -> None:
         pass
@@ -209,7 +213,7 @@ class _PolicyMixin(InferenceWrapperBase):
         return {**self._state_common(), "core": self.core.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.core.load_state_dict(state["core"])
+        """Restore a :meth:`state_dict`, every part validated before any is assigned."""
         self._load_common(state)
 
 

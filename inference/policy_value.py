@@ -41,6 +41,7 @@ from lrbandit_gym.validation import (
     check_actions,
     check_batch_vector,
     check_confidence_level,
+    check_magnitude,
     check_matrix_stack,
     check_n_trials,
     check_positive_int,
@@ -215,7 +216,39 @@ class PolicyValueInference:
         targets: np.ndarray,
     ) -> None:
         """:meth:`update` on validated inputs in the batched layout (see :meth:`terms`)."""
+        self.commit(self.propose(predictions, action, reward, propensities, targets))
+
+    def propose(
+        self,
+        predictions: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        propensities: np.ndarray,
+        targets: np.ndarray,
+    ) -> np.ndarray:
+        """The round's AIPW terms ``(B, P)``, checked so that the running sums can hold
+        them (their squares finite); nothing changes.
+
+        Raises
+        ------
+        ValueError
+            If a prediction or a term is too large for the sums, naming the trial.
+        """
+        check_magnitude(predictions, "predictions", batched=self.batched)
         g = self.terms(predictions, action, reward, propensities, targets)
+        with np.errstate(over="ignore", invalid="ignore"):
+            ok = np.isfinite(g * g).all(axis=1)
+        if not ok.all():
+            b = int(np.argmin(ok))
+            where = f" in trial {b}" if self.batched else ""
+            raise ValueError(
+                f"the round's AIPW terms {g[b]!r}{where} are too large for the running sums "
+                "(their squares overflow): the predictions or the reward are absurd"
+            )
+        return g
+
+    def commit(self, g: np.ndarray) -> None:
+        """Add the terms from :meth:`propose` (cannot fail)."""
         self._sum_g += g
         self._sum_gg += g[:, :, None] * g[:, None, :]
         self._n += 1

@@ -253,11 +253,19 @@ class _ValueMixin(InferenceWrapperBase):
             return pred, None
         return pred, self._regret.snapshot(self._batched(x), actions, self._fp)
 
-    def _absorb(self, snapshot, x, actions, rewards, props):
+    def _stage(self, snapshot, x, actions, rewards, props):
+        """The regret correction's own reference core staged before any layer commits (a
+        round it cannot absorb raises here): ``(predictions, staged)``."""
         predictions, parts = snapshot
+        if self._regret is None:
+            return predictions, None
+        return predictions, self._regret.stage(parts, self._batched(x), actions, rewards, props)
+
+    def _absorb(self, staged, x, actions, rewards, props):
+        predictions, regret = staged
         self.core.update_validated(predictions, actions, rewards, props)
         if self._regret is not None:
-            self._regret.absorb(parts, self._batched(x), predictions, actions, rewards, props)
+            self._regret.absorb(regret, self._batched(x), predictions, props)
 
     def _restored(self) -> None:
         if self._regret is not None:
@@ -392,6 +400,8 @@ class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
     **sgd_kwargs
         ``step_scale``, ``step_offset``, ``step_decay`` of the own estimator.
 
+    Notes
+    -----
     ``info["parameter_inference"]`` after each step holds ``n_obs`` and, once inference has
     started, ``sigma2`` (K,) and ``standard_error`` (a dict target → (K,)): values that need
     no pass over ``d1 x d2`` matrices.  Point estimates do: read them with :meth:`interval`.

@@ -17,6 +17,7 @@ from inference import (
     VectorValueInference,
 )
 from inference.played_regret import PlayedRules, played_regret
+from lrbandit_gym import Decision
 from lrbandit_gym.onehot import OneHotContexts
 
 
@@ -178,3 +179,21 @@ def test_no_correction_where_propensities_vanish():
     ci, paper = value.interval(), value.core.interval()
     assert (ci.estimate, ci.low, ci.high) == (paper.estimate, paper.low, paper.high)
     assert "not corrected in this run" in ci.method
+
+
+def test_value_wrapper_refuses_absurd_predictions_before_any_change():
+    """An estimate of 1e60 on contexts of 1e100 would predict 1e160: refused before the
+    inner step, and the wrapper still reads the same interval."""
+    value = _run(True, rounds=400)
+    est = value.estimator
+    ci = value.core.interval()
+    before = value.state_dict()
+    obs = np.full((12, 10), 1e100)
+    value._set_obs(obs)  # a context the env would never return: only for the check
+    state = est.state_dict()
+    big = dict(state, U=state["U"] * 1e30, V=state["V"] * 1e30)
+    est.load_state_dict(big)
+    with pytest.raises(ValueError, match="predictions must have entries of magnitude"):
+        value.step(Decision(0, np.array([0.5, 0.5])))
+    assert value.core.interval() == ci
+    assert value.core.state_dict()["n"] == before["core"]["n"]

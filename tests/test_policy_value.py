@@ -278,3 +278,32 @@ def test_vector_wrapper_matches_single_shape():
     seq = env.interval("g", kind="sequence")
     fixed = env.interval("g")
     assert (seq.high - seq.low > fixed.high - fixed.low).all()
+
+
+def test_terms_too_large_for_the_sums_are_refused_before_any_change():
+    core = PolicyValueInference(2, ["p"])
+    core.update([0.0, 1.0], 1, 1.0, [0.5, 0.5], [[0.0, 1.0]])
+    before = core.state_dict()
+    with pytest.raises(ValueError, match="MAX_MAGNITUDE"):
+        core.update([1e200, 1.0], 1, 1.0, [0.5, 0.5], [[1.0, 0.0]])
+    with pytest.raises(ValueError, match="too large for the running sums"):
+        core.update([0.0, 1e150], 1, -1e150, [0.999999, 1e-6], [[0.0, 1.0]])
+    after = core.state_dict()
+    assert after["n"] == before["n"]
+    np.testing.assert_array_equal(after["sum_gg"], before["sum_gg"])
+
+
+def test_wrapper_state_round_trip_and_a_bad_state_changes_nothing():
+    base = gym.make("MatrixContextBandit-v0", d1=6, d2=6, rank=1)
+    agent = EpsilonGreedy(base, rank=1, epsilon=0.2, warm_start=60, seed=0)
+    env = PolicyEvaluation(base, {"g": GREEDY, "a0": lambda obs: 0}, estimator=agent.estimator)
+    obs, _ = env.reset(seed=0)
+    _loop(env, agent, 200, obs)
+    state = env.state_dict()
+    ci = env.interval("a0")
+    bad = dict(state, core=dict(state["core"], n=-1))
+    with pytest.raises(ValueError):
+        env.load_state_dict(bad)
+    assert env.interval("a0") == ci
+    env.load_state_dict(state)
+    assert env.interval("a0") == ci

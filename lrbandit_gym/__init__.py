@@ -1,6 +1,7 @@
 """lrbandit-gym: matrix-context bandits with low-rank truth, and valid online inference.
 
-Importing the package registers ``MatrixContextBandit-v0`` (idempotently) with Gymnasium:
+Importing the package registers ``MatrixContextBandit-v0`` and ``MatrixClassification-v0`` (a
+bandit from a data set of matrices, :mod:`lrbandit_gym.digits`) idempotently with Gymnasium:
 
 >>> import gymnasium as gym, lrbandit_gym
 >>> env = gym.make("MatrixContextBandit-v0", d1=20, d2=20)
@@ -23,8 +24,10 @@ from lrbandit_gym.vector_env import MatrixContextBanditVectorEnv
 
 __version__ = "0.1.0"
 ENV_ID = "MatrixContextBandit-v0"
+CLASSIFICATION_ENV_ID = "MatrixClassification-v0"
 
 __all__ = [
+    "CLASSIFICATION_ENV_ID",
     "CONTEXTS",
     "ENV_ID",
     "NOISES",
@@ -40,14 +43,18 @@ __all__ = [
 
 
 def register() -> None:
-    """Register ``MatrixContextBandit-v0`` once; calling it again does nothing."""
-    if ENV_ID in gym.registry:
-        return
-    gym.register(
-        id=ENV_ID,
-        entry_point="lrbandit_gym.env:MatrixContextBanditEnv",
-        vector_entry_point="lrbandit_gym.vector_env:MatrixContextBanditVectorEnv",
-    )
+    """Register ``MatrixContextBandit-v0`` and ``MatrixClassification-v0`` once; calling it
+    again does nothing."""
+    if ENV_ID not in gym.registry:
+        gym.register(
+            id=ENV_ID,
+            entry_point="lrbandit_gym.env:MatrixContextBanditEnv",
+            vector_entry_point="lrbandit_gym.vector_env:MatrixContextBanditVectorEnv",
+        )
+    if CLASSIFICATION_ENV_ID not in gym.registry:
+        gym.register(
+            id=CLASSIFICATION_ENV_ID, entry_point="lrbandit_gym.digits:MatrixClassificationBandit"
+        )
 
 
 register()

@@ -412,7 +412,8 @@ def save_log(log: Mapping[str, Any], path: str | os.PathLike, *, overwrite: bool
                 np.savez(fh, **checked)
             else:
                 _, pq = _import_pyarrow()
-                pq.write_table(table, fh)
+                # Dictionary encoding only costs time on real-valued columns.
+                pq.write_table(table, fh, use_dictionary=False)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

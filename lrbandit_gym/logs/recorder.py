@@ -157,8 +157,9 @@ class _Recorder:
         self._last_obs = obs
         return obs, info
 
-    def _resolve(self, action) -> tuple[np.ndarray, np.ndarray]:
-        """The action(s) and the pmf rows ``(B, K)``, checked before the inner step."""
+    def _resolve(self, action) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The action(s), the pmf rows ``(B, K)`` and the chosen arms' propensities, checked
+        before the inner step."""
         if not self._has_obs:
             raise RuntimeError("Call reset() before step().")
         arm, props = split_decision(action)
@@ -182,7 +183,7 @@ class _Recorder:
                 f"the propensity of the arm played must be > 0; got pmf {pmf[i].tolist()} "
                 f"for action {int(actions[i])}{where}"
             )
-        return actions, pmf
+        return actions, pmf, chosen
 
     def _oracle(self, info) -> dict[str, np.ndarray]:
         """The oracle values of ``info`` as ``(B, ...)`` arrays; the keys are fixed by the
@@ -215,7 +216,7 @@ class _Recorder:
         not finite is refused after it (the round is not recorded, and the bandit is put
         back with its ``restore`` when it has one).
         """
-        actions, pmf = self._resolve(action)
+        actions, pmf, chosen = self._resolve(action)
         base = self.env.unwrapped
         checkpoint = base.checkpoint() if hasattr(base, "checkpoint") else None
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -236,7 +237,7 @@ class _Recorder:
         cols = self._cols
         cols["action"][row] = actions
         cols["reward"][row] = rewards
-        cols["propensity"][row] = pmf[np.arange(self._B), actions]
+        cols["propensity"][row] = chosen
         cols["pmf"][row] = pmf
         for key, value in oracle.items():
             cols[ORACLE_PREFIX + key][row] = value

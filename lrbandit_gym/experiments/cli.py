@@ -252,6 +252,19 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _run_reproduce(args: argparse.Namespace, reproduce) -> int:
+    """Run the study; exit status 130 when Ctrl-C stopped it (what finished is written,
+    marked partial, by :func:`~.reproduce.reproduce`)."""
+    from lrbandit_gym.experiments.parallel import RunInterrupted
+
+    try:
+        _reproduce_study(args, reproduce)
+    except RunInterrupted as exc:
+        print(f"reproduce: {exc.line} (partial result): exit status 130", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _reproduce_study(args: argparse.Namespace, reproduce) -> None:
     reproduce(
         args.study,
         trials=args.trials,
@@ -271,7 +284,6 @@ def _run_reproduce(args: argparse.Namespace, reproduce) -> int:
         point_estimate=args.point_estimate,
         overwrite=args.overwrite,
     )
-    return 0
 
 
 def _figures(args: argparse.Namespace) -> int:
@@ -330,6 +342,7 @@ def _run_compare(args: argparse.Namespace) -> int:
     )
     from lrbandit_gym.experiments.compare_report import OUTPUT_FILES
     from lrbandit_gym.experiments.outputs import check_outputs
+    from lrbandit_gym.experiments.parallel import RunInterrupted
 
     lineup = default_lineup(
         rank=args.rank, warm_start=args.warm_start, rounds=args.rounds, sb3_trials=args.sb3_trials
@@ -357,17 +370,21 @@ def _run_compare(args: argparse.Namespace) -> int:
         f"{args.seed}, {args.jobs} job(s), backend {args.backend}",
         file=sys.stderr,
     )
-    result = compare(
-        env_config,
-        {n: lineup[n] for n in names},
-        trials=args.trials,
-        rounds=args.rounds,
-        seed=args.seed,
-        warm_start=args.warm_start,
-        jobs=args.jobs,
-        backend=args.backend,
-        batch_size=args.batch_size,
-    )
+    stopped = None
+    try:
+        result = compare(
+            env_config,
+            {n: lineup[n] for n in names},
+            trials=args.trials,
+            rounds=args.rounds,
+            seed=args.seed,
+            warm_start=args.warm_start,
+            jobs=args.jobs,
+            backend=args.backend,
+            batch_size=args.batch_size,
+        )
+    except RunInterrupted as exc:  # Ctrl-C: keep the units that finished, marked partial
+        stopped, result = exc, exc.result
     paths = result.save(
         args.out, figures=not args.no_figures, stream=sys.stderr, overwrite=args.overwrite
     )
@@ -375,6 +392,9 @@ def _run_compare(args: argparse.Namespace) -> int:
     written = [paths["csv"], paths["inference_csv"], paths["regret_csv"], paths["markdown"]]
     written += [paths["json"], paths["npz"], *paths["figures"]]
     print(f"wrote {', '.join(written)}", file=sys.stderr)
+    if stopped is not None:
+        print(f"compare: {stopped.line} (partial result): exit status 130", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -593,8 +613,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a subcommand and return its exit status; Ctrl-C that no subcommand turned into a
+    partial result (nothing had finished, or a second Ctrl-C) exits 130, the convention for
+    SIGINT, with one line instead of a traceback."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"lrbandit {args.command}: interrupted; no further output written", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from lrbandit_gym import engine
 from lrbandit_gym.experiments.compare_report import ComparisonResult
 from lrbandit_gym.experiments.compare_run import ComparisonSetting, run_unit
 from lrbandit_gym.experiments.outputs import ArgumentError
-from lrbandit_gym.experiments.parallel import local_map, ray_map
+from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted, local_map, ray_map
 from lrbandit_gym.experiments.studies import paper_targets
 
 __all__ = [
@@ -324,6 +324,16 @@ def compare(
     Returns
     -------
     ComparisonResult
+
+    Raises
+    ------
+    RunInterrupted
+        On Ctrl-C once a unit has finished (a ``KeyboardInterrupt``,
+        :class:`~.parallel.RunInterrupted`): the workers stop within a second and ``result``
+        is the :class:`ComparisonResult` of the units that finished, with ``partial=True``
+        (agents without a finished unit are left out; ``info["trials_done"]`` and
+        ``info["trials_planned"]`` count every agent's trials).  Before any unit finished,
+        the ``KeyboardInterrupt`` itself.
     """
     import gymnasium as gym
 
@@ -398,28 +408,42 @@ def compare(
             bar.update(units[i][2] * rounds)
 
     start = time.perf_counter()
+    stopped = None  # Ctrl-C: the units that finished make a partial result
     try:
         if backend == "ray":
-            results = ray_map(_execute, payloads, jobs, tick)
+            results = dict(enumerate(ray_map(_execute, payloads, jobs, tick)))
         else:
-            results = local_map(_execute, payloads, jobs, tick)
+            results = dict(enumerate(local_map(_execute, payloads, jobs, tick)))
+    except Interrupted as exc:
+        if not exc.results:
+            raise
+        stopped, results = exc, exc.results
     finally:
         if bar is not None:
             bar.close()
     wall = time.perf_counter() - start
     if progress is not False:
+        ran = f"{len(units)} units" if stopped is None else f"{len(results)} of {len(units)} units"
         print(
-            f"compare: {len(units)} units, {total:,} trial-rounds of {len(specs)} agents "
+            f"compare: {ran}, {total:,} trial-rounds of {len(specs)} agents "
             f"in {wall:.1f} s ({jobs} job(s), backend {backend})",
             file=stream,
         )
     per_agent: dict[str, list] = {name: [] for name in specs}
-    for unit, result in zip(units, results, strict=True):
-        per_agent[unit[0]].append((unit[1], result))
-    data = {name: _concat(sorted(parts, key=lambda p: p[0])) for name, parts in per_agent.items()}
-    return ComparisonResult(
+    planned = dict.fromkeys(specs, 0)
+    for i, unit in enumerate(units):
+        planned[unit[0]] += unit[2]
+        if i in results:
+            per_agent[unit[0]].append((unit[1], results[i]))
+    data = {
+        name: _concat(sorted(parts, key=lambda p: p[0]))
+        for name, parts in per_agent.items()
+        if parts
+    }
+    done = {name: sum(r["regret"].shape[0] for _, r in per_agent[name]) for name in specs}
+    result = ComparisonResult(
         setting=setting,
-        agents=list(specs),
+        agents=[name for name in specs if name in data],
         data=data,
         truth=truth,
         optimal_value=optimal,
@@ -434,8 +458,14 @@ def compare(
             "engine": kernels,
             "wall_seconds": wall,
             "kinds": {name: spec.kind for name, spec in specs.items()},
+            "trials_done": done,
+            "trials_planned": planned,
         },
+        partial=stopped is not None,
     )
+    if stopped is not None:
+        raise RunInterrupted(result, sum(done.values()), sum(planned.values())) from None
+    return result
 
 
 def _entry(d1: int, d2: int) -> np.ndarray:

@@ -112,7 +112,12 @@ class ComparisonResult:
         ``V*``.
     true_params : ndarray (K, d1, d2)
     info : dict
-        Trials, rounds, seed, jobs, backend, engine, wall seconds, kinds of agents.
+        Trials, rounds, seed, jobs, backend, engine, wall seconds, kinds of agents, and each
+        agent's trials run and planned (``trials_done``, ``trials_planned``).
+    partial : bool
+        True for a comparison stopped by Ctrl-C: ``data`` holds the units that finished
+        (an agent's trials may then have gaps, see ``data[name]["trials"]``), and agents
+        without one are not in ``agents``.
     """
 
     setting: ComparisonSetting
@@ -122,6 +127,18 @@ class ComparisonResult:
     optimal_value: float
     true_params: np.ndarray
     info: dict
+    partial: bool = False
+
+    @property
+    def interrupted(self) -> str:
+        """``"interrupted: N of M trials"`` (over all agents) for a partial result, else
+        ``""``."""
+        if not self.partial:
+            return ""
+        from lrbandit_gym.experiments.parallel import interrupted_line
+
+        done, planned = self.info.get("trials_done", {}), self.info.get("trials_planned", {})
+        return interrupted_line(sum(done.values()), sum(planned.values()))
 
     @property
     def checkpoints(self) -> np.ndarray:
@@ -188,8 +205,16 @@ class ComparisonResult:
         return frame
 
     def shared_trials(self) -> int:
-        """Trials every agent played (the first ones; the same seeds for all)."""
-        return min(len(self.data[name]["trials"]) for name in self.agents)
+        """Trials every agent played (the first ones, with the same seeds for all): the
+        trials ``0, 1, …`` up to the first that some agent lacks (a partial run may leave
+        gaps)."""
+
+        def leading(trials) -> int:
+            trials = np.asarray(trials)
+            gaps = np.flatnonzero(trials != np.arange(trials.size))
+            return int(gaps[0]) if gaps.size else int(trials.size)
+
+        return min(leading(self.data[name]["trials"]) for name in self.agents)
 
     def summary(self, as_frame: bool | None = None):
         """One row per agent: regret, estimation error, time and inference at a glance."""
@@ -214,7 +239,7 @@ class ComparisonResult:
                     "final_regret_se": float(final.std(ddof=1) / np.sqrt(n)) if n > 1 else np.nan,
                     "final_regret_iqm": float(stats.trim_mean(final, 0.25)),
                     "shared_trials": shared,
-                    "shared_regret_mean": float(final[:shared].mean()),
+                    "shared_regret_mean": float(final[:shared].mean()) if shared else np.nan,
                     "estimation_error": (
                         float(np.nanmean(err[:, -1])) if err is not None else np.nan
                     ),
@@ -291,15 +316,20 @@ class ComparisonResult:
         e = s.env_kwargs
         level = f"{100 * s.confidence_level:g}%"
         shared = self.shared_trials()
+        first = f"trials 0–{shared - 1}" if shared else "shared trials (none)"
         lines = [
             f"Setting: d1 = {e.get('d1', 50)}, d2 = {e.get('d2', 50)}, r = {e.get('rank', 3)}, "
             f"K = {self.truth.shape[1]}, {s.rounds} rounds, seed {self.info['seed']}; "
             f"wrappers' own warm start {s.warm_start} rounds.",
             "",
-            f"| agent | trials | final regret (mean ± s.e.) | IQM | regret, trials 0–{shared - 1} "
+            f"| agent | trials | final regret (mean ± s.e.) | IQM | regret, {first} "
             "| ‖M̂_a − M_a‖_F | ms / trial-round (agent) |",
             "|---|---|---|---|---|---|---|",
         ]
+        if self.partial:
+            done, planned = self.info["trials_done"], self.info["trials_planned"]
+            counts = ", ".join(f"{n} {done[n]} of {planned[n]}" for n in planned)
+            lines[:0] = [f"**PARTIAL RESULT ({self.interrupted}: {counts}).**", ""]
         for r in self.summary(as_frame=False):
             err = "—" if np.isnan(r["estimation_error"]) else f"{r['estimation_error']:.3f}"
             lines.append(
@@ -348,7 +378,8 @@ class ComparisonResult:
             "agents": list(self.agents),
             "trials": {n: int(self.data[n]["regret"].shape[0]) for n in self.agents},
         }
-        return RunStamp.of("lrbandit compare", settings, self.info.get("seed"))
+        seed = self.info.get("seed")
+        return RunStamp.of("lrbandit compare", settings, seed, partial=self.interrupted)
 
     def save(
         self, out: str | Path, figures: bool = True, stream=None, overwrite: bool = False

@@ -346,23 +346,37 @@ def run_ensemble_study(
     -------
     dict of str to ndarray
         The arrays of :func:`run_ensemble_chunk`, trials concatenated along the last axis.
+
+    Raises
+    ------
+    RunInterrupted
+        On Ctrl-C after a chunk finished: ``result`` merges the chunks that finished
+        (:class:`~.parallel.RunInterrupted`); before, the ``KeyboardInterrupt`` itself.
     """
     if not isinstance(config, EnsembleStudyConfig):
         raise ValueError(f"config must be an EnsembleStudyConfig; got {type(config).__name__}")
     n_trials = _positive_int(n_trials, "n_trials")
     batch_size = _positive_int(batch_size, "batch_size")
+    from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted, local_map
     from lrbandit_gym.experiments.studies import chunk_jobs
 
     jobs = chunk_jobs(config, n_trials, batch_size, seed)
-    if map_fn is None:
-        chunks = []
-        for i, job in enumerate(jobs):
-            chunks.append(_run_job(job))
-            if progress is not None:
-                progress(i + 1, len(jobs))
-    else:
-        chunks = list(map_fn(_run_job, jobs))
+    stopped = None
+    try:
+        if map_fn is None:
+            tick = None if progress is None else (lambda i: progress(i + 1, len(jobs)))
+            chunks = local_map(_run_job, jobs, 1, tick)
+        else:
+            chunks = list(map_fn(_run_job, jobs))
+    except Interrupted as exc:
+        if not exc.results:
+            raise
+        stopped = exc
+        chunks = list(exc.results.values())
     merged = {k: chunks[0][k] for k in ("optimal_value", "checkpoints")}
     for key in _PER_TRIAL:
         merged[key] = np.concatenate([c[key] for c in chunks], axis=-1)
+    if stopped is not None:
+        done = sum(jobs[i][1] for i in stopped.results)
+        raise RunInterrupted(merged, done, n_trials) from None
     return merged

@@ -10,7 +10,10 @@ Every subcommand that writes files takes ``--out``, a folder, and ``--overwrite`
 * Every file carries a :class:`RunStamp`: the command, its settings, its seed and the
   package's version (a ``#`` comment line on top of a CSV, an HTML comment on top of
   Markdown, a ``"run"`` entry in JSON, a ``"metadata"`` entry in ``.npz``, the PNG's
-  ``Description``).  Read such a CSV with ``pandas.read_csv(path, comment="#")``.
+  ``Description``).  Read such a CSV with ``pandas.read_csv(path, comment="#")``.  A run
+  stopped by Ctrl-C writes what finished, and its stamp says so: ``"partial": true`` and
+  ``"interrupted": "interrupted: N of M trials"`` in the dictionary, and a line that
+  starts ``PARTIAL RUN (interrupted: N of M trials)``.
 * Every file is written to a temporary file in its own folder, then renamed over the target
   with ``os.replace``: an interrupted or failed write leaves the old file or none, never a
   truncated one.
@@ -77,34 +80,45 @@ class OutputError(ArgumentError):
 
 @dataclass(frozen=True)
 class RunStamp:
-    """What wrote a file: the command, its settings and seed, and the package's version."""
+    """What wrote a file: the command, its settings and seed, the package's version and,
+    for a run stopped by Ctrl-C, ``partial``: how much of it ran
+    (``"interrupted: N of M trials"``; empty for a complete run)."""
 
     command: str
     settings: Mapping[str, Any] = field(default_factory=dict)
     seed: int | None = None
     version: str = ""
+    partial: str = ""
 
     @classmethod
-    def of(cls, command: str, settings: Mapping[str, Any], seed: int | None) -> RunStamp:
+    def of(
+        cls, command: str, settings: Mapping[str, Any], seed: int | None, partial: str = ""
+    ) -> RunStamp:
         """The stamp of a run of ``command`` (e.g. ``"lrbandit reproduce table1"``)."""
         import lrbandit_gym
 
-        return cls(command, dict(settings), seed, lrbandit_gym.__version__)
+        return cls(command, dict(settings), seed, lrbandit_gym.__version__, partial)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "package": "lrbandit-gym",
             "version": self.version,
             "command": self.command,
             "seed": self.seed,
             "settings": dict(self.settings),
+            "partial": bool(self.partial),
         }
+        if self.partial:
+            out["interrupted"] = self.partial
+        return out
 
     def line(self) -> str:
-        """One line: ``written by lrbandit-gym 0.1.0: COMMAND, seed S, settings {...}``."""
+        """One line: ``written by lrbandit-gym 0.1.0: COMMAND, seed S, settings {...}``,
+        after ``PARTIAL RUN (interrupted: N of M trials); `` for a partial run."""
         settings = json.dumps(self.settings, sort_keys=True, default=_plain)
+        head = f"PARTIAL RUN ({self.partial}); " if self.partial else ""
         return (
-            f"written by lrbandit-gym {self.version}: {self.command}, seed {self.seed}, "
+            f"{head}written by lrbandit-gym {self.version}: {self.command}, seed {self.seed}, "
             f"settings {settings}"
         )
 

@@ -1,10 +1,17 @@
 """Running a list of independent work items in processes or on Ray, for the studies and the
-comparisons.
+comparisons, and stopping such a run on Ctrl-C.
 
 Each item carries its own seed, so what a map returns does not depend on how many
 processes run it, in what order items finish, or on the backend.  Local workers run with
 one BLAS thread and keep their warm-start buffer between items
 (:func:`~lrbandit_gym.experiments.studies.single_threaded_blas`).
+
+Ctrl-C (``KeyboardInterrupt`` in the calling process) stops a map within a fraction of a
+second: the items not started are cancelled, the running ones are ended, and the map raises
+:class:`Interrupted`, which holds every item that had finished.  The callers (validate,
+compare, reproduce) merge those into a result marked partial and raise
+:class:`RunInterrupted` with it; both are ``KeyboardInterrupt``, so code that does not look
+for them stops as it would on any Ctrl-C.
 """
 
 from __future__ import annotations
@@ -12,7 +19,36 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["local_map", "ray_map"]
+__all__ = ["Interrupted", "RunInterrupted", "local_map", "process_pool_map", "ray_map"]
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a map: ``results`` maps the index of every item that finished to its
+    result; ``total`` is how many items the map had."""
+
+    def __init__(self, results: dict[int, Any], total: int):
+        super().__init__(f"interrupted: {len(results)} of {total} items finished")
+        self.results = dict(sorted(results.items()))
+        self.total = total
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run that kept what finished: ``result`` is the run's result over the
+    ``done`` trials that finished (of ``total``), marked partial; :attr:`line` says so."""
+
+    def __init__(self, result: Any, done: int, total: int):
+        self.result, self.done, self.total = result, int(done), int(total)
+        super().__init__(self.line)
+
+    @property
+    def line(self) -> str:
+        """``"interrupted: N of M trials"``."""
+        return interrupted_line(self.done, self.total)
+
+
+def interrupted_line(done: int, total: int) -> str:
+    """``"interrupted: N of M trials"``, the words every partial output and report uses."""
+    return f"interrupted: {done} of {total} trials"
 
 
 def local_map(
@@ -20,32 +56,131 @@ def local_map(
     items: Sequence[Any],
     jobs: int,
     on_done: Callable[[int], None] | None = None,
+    **pool_options: Any,
 ) -> list:
-    """``[fn(item) for item in items]`` in ``jobs`` worker processes (in this process when
-    ``jobs == 1``); ``on_done(i)`` is called as item ``i`` completes, in any order."""
+    """``[fn(item) for item in items]`` in ``jobs`` worker processes (:func:`process_pool_map`,
+    which ``pool_options`` go to) or, when ``jobs == 1``, in this process with one
+    warm-start buffer for all items; ``on_done(i)`` is called as item ``i`` completes, in any
+    order.  Ctrl-C raises :class:`Interrupted` with the items that finished."""
+    if jobs > 1:
+        return process_pool_map(fn, items, jobs, on_done, **pool_options)
+    from agents.warm_start import reuse_buffer_memory
+
     results: list = [None] * len(items)
+    finished: dict[int, Any] = {}
     done = on_done or (lambda i: None)
-    if jobs == 1:
-        from agents.warm_start import reuse_buffer_memory
-
-        previous = reuse_buffer_memory(True)  # one warm-start buffer for all items
-        try:
-            for i, item in enumerate(items):
-                results[i] = fn(item)
-                done(i)
-        finally:
-            reuse_buffer_memory(previous)
-        return results
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    from lrbandit_gym.experiments.studies import single_threaded_blas
-
-    with ProcessPoolExecutor(jobs, initializer=single_threaded_blas) as pool:
-        futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
-        for future in as_completed(futures):
-            results[futures[future]] = future.result()
-            done(futures[future])
+    previous = reuse_buffer_memory(True)  # one warm-start buffer for all items
+    try:
+        for i, item in enumerate(items):
+            results[i] = finished[i] = fn(item)
+            done(i)
+    except KeyboardInterrupt:
+        raise Interrupted(finished, len(items)) from None
+    finally:
+        reuse_buffer_memory(previous)
     return results
+
+
+def process_pool_map(
+    fn: Callable[[Any], Any],
+    items: Sequence[Any],
+    jobs: int,
+    on_done: Callable[[int], None] | None = None,
+    *,
+    initializer: Callable[..., None] | None = None,
+    initargs: tuple = (),
+    poll: Callable[[], None] | None = None,
+) -> list:
+    """``[fn(item) for item in items]`` in ``min(jobs, len(items))`` worker processes, even
+    for one, each set up by ``initializer(*initargs)`` (default: one BLAS thread,
+    :func:`~lrbandit_gym.experiments.studies.single_threaded_blas`); ``on_done(i)`` is called
+    as item ``i`` completes, and ``poll()`` (if given) about every 0.2 s while items run and
+    once at the end.
+
+    How a run stops.  The workers ignore SIGINT, so a Ctrl-C at the terminal (sent to the
+    whole process group) reaches only this process.  On ``KeyboardInterrupt`` here, the items
+    not yet started are cancelled (``shutdown(cancel_futures=True)``) and the running ones are
+    ended: every worker keeps a thread waiting on a ``multiprocessing.Event``, which this
+    process sets, and the thread ends its worker with SIGTERM; :class:`Interrupted` is then
+    raised with the items that had finished.  The pool stays a ``ProcessPoolExecutor``,
+    which reports a worker that dies (say, killed for memory) as ``BrokenProcessPool``,
+    where ``multiprocessing.Pool`` waits for it forever; before Python 3.14
+    (``terminate_workers``) the executor has no public way to end its workers, and the
+    event reaches them with documented calls only, workers that are still starting
+    included.  A second Ctrl-C while the workers are ending aborts at once (a plain
+    ``KeyboardInterrupt``).  An item that raises stops the others the same way before its
+    exception propagates.
+    """
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    if initializer is None:
+        from lrbandit_gym.experiments.studies import single_threaded_blas
+
+        initializer = single_threaded_blas
+    results: list = [None] * len(items)
+    finished: dict[int, Any] = {}
+    done = on_done or (lambda i: None)
+    context = multiprocessing.get_context()
+    stop = context.Event()
+    pool = ProcessPoolExecutor(
+        max(1, min(jobs, len(items))),
+        mp_context=context,
+        initializer=_start_worker,
+        initargs=(stop, initializer, initargs),
+    )
+    futures: dict = {}
+    try:
+        for i, item in enumerate(items):
+            futures[pool.submit(fn, item)] = i
+        pending = set(futures)
+        while pending:
+            ready, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            for future in ready:
+                i = futures[future]
+                results[i] = finished[i] = future.result()
+                done(i)
+            if poll is not None:
+                poll()
+    except KeyboardInterrupt:
+        _stop_pool(pool, stop)
+        for future, i in futures.items():  # those that completed while the pool stopped
+            if i not in finished and future.done() and not future.cancelled():
+                if future.exception() is None:
+                    finished[i] = future.result()
+        raise Interrupted(finished, len(items)) from None
+    except BaseException:
+        _stop_pool(pool, stop)
+        raise
+    pool.shutdown(wait=True)
+    if poll is not None:
+        poll()
+    return results
+
+
+def _stop_pool(pool, stop) -> None:
+    """Cancel the items not started and end the workers (see :func:`process_pool_map`)."""
+    stop.set()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _start_worker(stop, initializer: Callable[..., None], initargs: tuple) -> None:
+    """A worker's set-up: ignore SIGINT (the calling process decides), end this process
+    when ``stop`` is set, then the caller's ``initializer``."""
+    import signal
+    import threading
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_end_when_set, args=(stop,), daemon=True).start()
+    initializer(*initargs)
+
+
+def _end_when_set(stop) -> None:
+    import os
+    import signal
+
+    stop.wait()
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def ray_map(
@@ -55,7 +190,8 @@ def ray_map(
     on_done: Callable[[int], None] | None = None,
 ) -> list:
     """:func:`local_map` on Ray (the ``ray`` extra), with ``jobs`` CPUs when this call
-    starts Ray itself (a running Ray is used as it is, and left running)."""
+    starts Ray itself (a running Ray is used as it is, and left running).  Ctrl-C cancels
+    the tasks not finished (``ray.cancel(force=True)``) and raises :class:`Interrupted`."""
     try:
         import ray
     except ImportError as exc:
@@ -64,17 +200,26 @@ def ray_map(
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+    results: list = [None] * len(items)
+    finished: dict[int, Any] = {}
+    pending: list = []
     try:
         remote = ray.remote(num_cpus=1)(fn)
         refs = {remote.remote(item): i for i, item in enumerate(items)}
-        results: list = [None] * len(items)
         pending = list(refs)
         while pending:
-            finished, pending = ray.wait(pending, num_returns=1)
-            for ref in finished:
-                results[refs[ref]] = ray.get(ref)
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                results[refs[ref]] = finished[refs[ref]] = ray.get(ref)
                 done(refs[ref])
         return results
+    except KeyboardInterrupt:
+        for ref in pending:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - a task that ended meanwhile
+                pass
+        raise Interrupted(finished, len(items)) from None
     finally:
         if started:
             ray.shutdown()

@@ -14,7 +14,8 @@ figures ``{study}[_{setting}]_{zscores,coverage,length}.png``
 (:mod:`lrbandit_gym.experiments.figures`).  Every file names the run that wrote it and is
 written atomically; a folder that already holds the study's files is refused before the run
 unless ``overwrite`` is set, and then the earlier run's files that this run does not write
-again are removed (:mod:`lrbandit_gym.experiments.outputs`).
+again are removed (:mod:`lrbandit_gym.experiments.outputs`).  Ctrl-C stops the run within
+a second and writes the chunks that finished, marked partial (:func:`reproduce`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from lrbandit_gym.experiments.outputs import (
     write_json,
     write_npz,
 )
+from lrbandit_gym.experiments.parallel import RunInterrupted, interrupted_line
 from lrbandit_gym.experiments.studies import (
     StudyConfig,
     format_coverage,
@@ -577,6 +579,16 @@ def reproduce(
     -------
     dict
         What ``{study}.json`` holds.
+
+    Raises
+    ------
+    RunInterrupted
+        On Ctrl-C once a chunk has finished (a ``KeyboardInterrupt``,
+        :class:`~.parallel.RunInterrupted`): the workers stop within a second, the settings
+        not reached are skipped, and what finished is printed and written as above, marked
+        partial (the stamp's ``partial``; ``"partial"``, ``"interrupted"`` and
+        ``"trials_done"`` in the JSON, which is ``result``).  Before any chunk finished,
+        the ``KeyboardInterrupt`` itself, and nothing is written.
     """
     stream = sys.stdout if stream is None else stream
     if engine is not None:
@@ -713,46 +725,38 @@ def reproduce(
     map_fn = _ray_map(jobs) if backend == "ray" else _local_map(jobs, sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     rows, timing, results, diagnostics, uniform_rows = [], {}, {}, {}, []
+    done: dict[str, int] = {}  # trials each setting ran
+    stopped: KeyboardInterrupt | None = None  # Ctrl-C: what finished is written, partial
     for label, config in configs.items():
         print(
             f"{study} {label}: {trials} trials, n = {list(config.checkpoints)}, "
             f"{jobs} job(s), backend {backend}, engine {engines.active_engine()}",
             file=stream,
         )
-        phases: dict = {}
-        before = draw_baseline(config, trials, jobs, batch_size)
-        start = time.perf_counter()
-        if isinstance(config, EnsembleStudyConfig):
-            result = run_ensemble_study(
-                config, trials, seed=seed, batch_size=batch_size, map_fn=map_fn
-            )
-        else:
-            result = run_study(
-                config, trials, seed=seed, batch_size=batch_size, map_fn=map_fn, timing=phases
-            )
-        seconds = time.perf_counter() - start
-        after = draw_baseline(config, trials, jobs, batch_size)
-        baseline = (before + after) / 2
-        timing[label] = {
-            "seconds": seconds,
-            "draw_baseline_seconds": baseline,
-            "draw_baseline_before_after": [before, after],
-        }
+        result, timing[label], stopped = _run_setting(
+            config, trials, seed, batch_size, jobs, map_fn, stream
+        )
+        if result is None:  # stopped before a chunk of this setting finished
+            del timing[label]
+            break
+        done[label] = trials if not isinstance(stopped, RunInterrupted) else stopped.done
         results[label] = result
         diagnostics[label] = _diagnostics(config, result)
         for r in _summaries(study, config, result):
             rows.append({"study": study, "setting": label, "method": r.pop("method", "ours"), **r})
         for r in summarize_uniform(result):
             uniform_rows.append({"study": study, "setting": label, **r})
-        print(
-            f"  run {seconds:.1f} s; drawing its contexts alone: {baseline:.1f} s "
-            f"(timed before and after the run: {before:.1f} s, {after:.1f} s; "
-            f"ratio {seconds / baseline:.2f})",
-            file=stream,
-        )
-        if phases:
-            timing[label]["phases"] = _phase_breakdown(config, phases, baseline * jobs)
-            print(_phase_line(timing[label]["phases"]), file=stream)
+        if stopped is not None:
+            break
+    total = trials * len(configs)
+    partial = "" if stopped is None else interrupted_line(sum(done.values()), total)
+    if stopped is not None:
+        if not results:
+            raise stopped
+        stamp = dataclasses.replace(stamp, partial=partial)
+    if partial:
+        counts = ", ".join(f"{k} {done.get(k, 0)} of {trials}" for k in configs)
+        print(f"PARTIAL RESULT ({partial}: {counts}); the table is over those", file=stream)
     _print_table(study, rows, stream)
     if uniform_rows:
         _print_uniform(uniform_rows, stream)
@@ -762,8 +766,11 @@ def reproduce(
     paths = []
     if figures:
         with stamped(stamp):
-            paths = _write_figures(study, list(configs), results, out, stream)
+            paths = _write_figures(study, list(results), results, out, stream)
     meta = {
+        "partial": bool(partial),
+        "interrupted": partial or None,
+        "trials_done": done,
         "study": study,
         "trials": trials,
         "n": list(n),
@@ -799,7 +806,65 @@ def reproduce(
         f"wrote {out / (study + '.csv')}, {out / (study + '.json')} and {raw}",
         file=stream,
     )
+    if partial:
+        print(f"{partial}: the files above hold what finished, marked partial", file=stream)
+        raise RunInterrupted(meta, sum(done.values()), total)
     return meta
+
+
+def _run_setting(config, trials, seed, batch_size, jobs, map_fn, stream):
+    """Run one setting between two timings of the draw baseline (:func:`draw_baseline`):
+    ``(result, timing, stopped)``.  ``stopped`` is the ``KeyboardInterrupt`` of a Ctrl-C (a
+    :class:`~.parallel.RunInterrupted` when chunks of this setting finished, whose merged
+    result is returned) or None; ``result`` is None when nothing of the setting finished.
+    After Ctrl-C the second baseline is not drawn."""
+    phases: dict = {}
+    try:
+        before = draw_baseline(config, trials, jobs, batch_size)
+    except KeyboardInterrupt as exc:
+        return None, {}, exc
+    stopped = None
+    start = time.perf_counter()
+    try:
+        if isinstance(config, EnsembleStudyConfig):
+            result = run_ensemble_study(
+                config, trials, seed=seed, batch_size=batch_size, map_fn=map_fn
+            )
+        else:
+            result = run_study(
+                config, trials, seed=seed, batch_size=batch_size, map_fn=map_fn, timing=phases
+            )
+    except RunInterrupted as exc:
+        result, stopped = exc.result, exc
+    except KeyboardInterrupt as exc:
+        return None, {}, exc
+    seconds = time.perf_counter() - start
+    after = None
+    if stopped is None:
+        try:
+            after = draw_baseline(config, trials, jobs, batch_size)
+        except KeyboardInterrupt as exc:
+            stopped = exc
+    if after is None:
+        timing = {"seconds": seconds, "draw_baseline_before_after": [before, None]}
+        print(f"  run {seconds:.1f} s, interrupted", file=stream)
+        return result, timing, stopped
+    baseline = (before + after) / 2
+    timing = {
+        "seconds": seconds,
+        "draw_baseline_seconds": baseline,
+        "draw_baseline_before_after": [before, after],
+    }
+    print(
+        f"  run {seconds:.1f} s; drawing its contexts alone: {baseline:.1f} s "
+        f"(timed before and after the run: {before:.1f} s, {after:.1f} s; "
+        f"ratio {seconds / baseline:.2f})",
+        file=stream,
+    )
+    if phases:
+        timing["phases"] = _phase_breakdown(config, phases, baseline * jobs)
+        print(_phase_line(timing["phases"]), file=stream)
+    return result, timing, stopped
 
 
 def _versions() -> dict:

@@ -411,26 +411,34 @@ def run_study(
     ``timing``, if given, is filled with the seconds spent in each of :data:`PHASES`, summed
     over chunks (so over processes: with J busy processes they add up to about J times the
     wall time).  Timings are kept out of the result, which depends on the seed only.
-    """
-    jobs = chunk_jobs(config, n_trials, batch_size, seed)
-    if map_fn is None:
-        from agents.warm_start import reuse_buffer_memory
 
-        chunks = []
-        previous = reuse_buffer_memory(True)  # one warm-start buffer for all chunks
-        try:
-            for i, job in enumerate(jobs):
-                chunks.append(_run_job(job))
-                if progress is not None:
-                    progress(i + 1, len(jobs))
-        finally:
-            reuse_buffer_memory(previous)
-    else:
-        chunks = list(map_fn(_run_job, jobs))
+    Ctrl-C (a :class:`~.parallel.Interrupted` from ``map_fn``, or ``KeyboardInterrupt`` in
+    this process) raises :class:`~.parallel.RunInterrupted` whose ``result`` merges the
+    chunks that finished, with ``done`` of the ``n_trials`` trials; it lets the
+    ``KeyboardInterrupt`` through when no chunk finished.
+    """
+    from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted, local_map
+
+    jobs = chunk_jobs(config, n_trials, batch_size, seed)
+    stopped = None
+    try:
+        if map_fn is None:  # in this process, one warm-start buffer for all chunks
+            tick = None if progress is None else (lambda i: progress(i + 1, len(jobs)))
+            chunks = local_map(_run_job, jobs, 1, tick)
+        else:
+            chunks = list(map_fn(_run_job, jobs))
+    except Interrupted as exc:
+        if not exc.results:
+            raise
+        stopped = exc
+        chunks = list(exc.results.values())
     merged = _concat(chunks)
     seconds = merged.pop("phase_seconds")
     if timing is not None:
         timing.update(zip(PHASES, seconds.tolist(), strict=True))
+    if stopped is not None:
+        done = sum(jobs[i][1] for i in stopped.results)
+        raise RunInterrupted(merged, done, n_trials) from None
     return merged
 
 
@@ -506,12 +514,12 @@ def _keep_freed_memory() -> bool:
 
 def process_map(jobs: int):
     """A ``map_fn`` for :func:`run_study` that runs chunks on ``jobs`` local processes
-    (worker processes even for ``jobs == 1``, each with one BLAS thread)."""
-    from concurrent.futures import ProcessPoolExecutor
+    (worker processes even for ``jobs == 1``, each with one BLAS thread); Ctrl-C stops it
+    at once (:func:`~.parallel.process_pool_map`)."""
+    from lrbandit_gym.experiments.parallel import process_pool_map
 
     def map_fn(fn, items):
-        with ProcessPoolExecutor(jobs, initializer=single_threaded_blas) as pool:
-            return list(pool.map(fn, items))
+        return process_pool_map(fn, items, jobs)
 
     return map_fn
 

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from lrbandit_gym import engine
+from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted
 from lrbandit_gym.experiments.studies import chunk_jobs, coverage_stats, paper_targets
 from lrbandit_gym.experiments.validate_report import (
     Quantity,
@@ -751,38 +752,35 @@ def _worker_job(job, readers, confidence_level):
 
 
 def _map_chunks(jobs_list, n_jobs, readers, confidence_level, bar) -> list:
-    if n_jobs == 1 or len(jobs_list) == 1:
-        from agents.warm_start import reuse_buffer_memory
+    """Every chunk's result, in this process (one job or one chunk) or in worker processes
+    whose progress comes back through a queue; Ctrl-C raises :class:`~.parallel.Interrupted`
+    with the chunks that finished, within a second (:func:`~.parallel.process_pool_map`)."""
+    import functools
 
-        previous = reuse_buffer_memory(True)  # one warm-start buffer for all chunks
-        try:
-            return [_run_job(j, readers, confidence_level, bar.update) for j in jobs_list]
-        finally:
-            reuse_buffer_memory(previous)
+    from lrbandit_gym.experiments.parallel import local_map, process_pool_map
+
+    if n_jobs == 1 or len(jobs_list) == 1:
+        run = functools.partial(
+            _run_job, readers=readers, confidence_level=confidence_level, report=bar.update
+        )
+        return local_map(run, jobs_list, 1)
     import multiprocessing
     import queue as queue_module
-    from concurrent.futures import ProcessPoolExecutor, wait
 
     q = multiprocessing.get_context().Queue()
-    results: list = [None] * len(jobs_list)
-    with ProcessPoolExecutor(
-        min(n_jobs, len(jobs_list)), initializer=_init_worker, initargs=(q,)
-    ) as pool:
-        futures = {
-            pool.submit(_worker_job, j, readers, confidence_level): i
-            for i, j in enumerate(jobs_list)
-        }
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=0.2)
-            for f in done:
-                results[futures[f]] = f.result()
-            while True:
-                try:
-                    bar.update(q.get_nowait())
-                except queue_module.Empty:
-                    break
-    return results
+
+    def drain() -> None:
+        while True:
+            try:
+                bar.update(q.get_nowait())
+            except queue_module.Empty:
+                break
+
+    run = functools.partial(_worker_job, readers=readers, confidence_level=confidence_level)
+    workers = min(n_jobs, len(jobs_list))
+    return process_pool_map(
+        run, jobs_list, workers, initializer=_init_worker, initargs=(q,), poll=drain
+    )
 
 
 class _NoBar:
@@ -846,10 +844,16 @@ def run_validation(
             desc=f"validate ({trials} trials, {len(jobs_list)} chunk(s))",
             file=sys.stderr,
         )
+    stopped = None  # Ctrl-C: the chunks that finished make a partial result
     try:
         chunks = _map_chunks(jobs_list, jobs, readers, level, bar)
+    except Interrupted as exc:
+        if not exc.results:
+            raise
+        stopped, chunks = exc, list(exc.results.values())
     finally:
         bar.close()
+    trials_done = trials if stopped is None else sum(jobs_list[i][1] for i in stopped.results)
     quantities = chunks[0]["quantities"]
     arrays: dict[str, np.ndarray] = {}
     rows: list[dict[str, Any]] = []
@@ -898,7 +902,7 @@ def run_validation(
         from lrbandit_gym.experiments.validate_uniform import uniform_verdict
 
         uniform_line = uniform_verdict(uniform_rows, level)
-    return ValidationResult(
+    result = ValidationResult(
         setting=setting,
         rows=rows,
         uniform_rows=uniform_rows,
@@ -914,7 +918,12 @@ def run_validation(
         confidence_level=level,
         warnings=messages,
         seconds=time.perf_counter() - start,
+        partial=stopped is not None,
+        trials_done=trials_done,
     )
+    if stopped is not None:
+        raise RunInterrupted(result, trials_done, trials) from None
+    return result
 
 
 def validate(
@@ -974,6 +983,11 @@ def validate(
     ------
     SettingError
         On an invalid setting, before any trial runs; ``field`` names the culprit.
+    RunInterrupted
+        On Ctrl-C once a chunk has finished (a ``KeyboardInterrupt``,
+        :class:`~.parallel.RunInterrupted`): the workers stop within a second and ``result``
+        is the :class:`ValidationResult` of the chunks that finished, with ``partial=True``
+        and ``trials_done``.  Before any chunk finished, the ``KeyboardInterrupt`` itself.
 
     Examples
     --------

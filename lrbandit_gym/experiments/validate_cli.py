@@ -426,8 +426,11 @@ def _setting_and_options(args, parser):
 
 def run_validate_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``lrbandit validate``: check ``--out``, run, print the report (verdict last), write
-    ``validate.csv`` into ``--out``; exit status 0 only for the verdict ``VALID``."""
+    ``validate.csv`` into ``--out``; exit status 0 only for the verdict ``VALID``.  Ctrl-C
+    stops the workers at once; the chunks that finished are reported and written, marked
+    partial, with exit status 130."""
     from lrbandit_gym.experiments.outputs import OutputError, check_outputs
+    from lrbandit_gym.experiments.parallel import RunInterrupted
     from lrbandit_gym.experiments.validate import SettingError, run_validation
 
     setting, run, out, source = _setting_and_options(args, parser)
@@ -447,8 +450,11 @@ def run_validate_command(args: argparse.Namespace, parser: argparse.ArgumentPars
         f"validate: {run['trials']} trials, seed {run['seed']}, {run['jobs']} job(s)",
         file=sys.stderr,
     )
+    stopped = None
     try:
         result = run_validation(setting, progress=not args.no_progress, **run)
+    except RunInterrupted as exc:
+        stopped, result = exc, exc.result
     except SettingError as exc:
         option = _OPTIONS.get(exc.field)
         where = source.get(exc.field)
@@ -469,6 +475,9 @@ def run_validate_command(args: argparse.Namespace, parser: argparse.ArgumentPars
             print(f"validate: cannot write {path}: {exc}", file=sys.stderr)
             return 1
         print(f"wrote {path}", file=sys.stderr)
+    if stopped is not None:
+        print(f"validate: {stopped.line} (partial result): exit status 130", file=sys.stderr)
+        return 130
     if result.status != "VALID":
         print(f"validate: verdict {result.status}: exit status 1", file=sys.stderr)
         return 1

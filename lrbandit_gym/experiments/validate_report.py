@@ -221,6 +221,11 @@ class ValidationResult:
         ``N`` (:mod:`~lrbandit_gym.experiments.validate_uniform`).
     uniform_verdict : str
         The line judging the sequences (empty without ``uniform_from``).
+    partial : bool
+        True for a run stopped by Ctrl-C: the table, verdict and arrays are over the
+        ``trials_done`` trials that finished, not all ``trials``.
+    trials_done : int
+        Trials the result holds (``trials`` unless ``partial``).
     """
 
     setting: Any
@@ -238,6 +243,21 @@ class ValidationResult:
     seconds: float = math.nan
     uniform_rows: list[dict[str, Any]] = field(default_factory=list)
     uniform_verdict: str = ""
+    partial: bool = False
+    trials_done: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.trials_done is None:
+            self.trials_done = self.trials
+
+    @property
+    def interrupted(self) -> str:
+        """``"interrupted: N of M trials"`` for a partial result, else ``""``."""
+        if not self.partial:
+            return ""
+        from lrbandit_gym.experiments.parallel import interrupted_line
+
+        return interrupted_line(self.trials_done, self.trials)
 
     @property
     def valid(self) -> bool:
@@ -264,7 +284,7 @@ class ValidationResult:
             "batch_size": self.batch_size,
             "confidence_level": self.confidence_level,
         }
-        return RunStamp.of("lrbandit validate", settings, self.seed)
+        return RunStamp.of("lrbandit validate", settings, self.seed, partial=self.interrupted)
 
     def to_csv(self, path=None) -> str:
         """The coverage table as CSV text; with ``path``, also written there atomically
@@ -373,8 +393,10 @@ class ValidationResult:
 
     def report(self) -> str:
         """Everything ``lrbandit validate`` prints: the table, diagnostics, warnings and the
-        verdict line (last)."""
+        verdict line (last); a partial result says so first and before the verdict."""
         parts = [self.to_markdown()]
+        if self.partial:
+            parts.insert(0, f"PARTIAL RESULT ({self.interrupted}): over the trials that finished")
         diag = self.diagnostics()
         if diag:
             parts.append(diag)
@@ -383,6 +405,8 @@ class ValidationResult:
         if self.uniform_rows:
             parts.append(self.uniform_markdown())
             parts.append(self.uniform_verdict)
+        if self.partial:
+            parts.append(f"PARTIAL ({self.interrupted}); the verdict is over those trials:")
         parts.append(self.verdict)
         return "\n\n".join(parts)
 

@@ -1,0 +1,278 @@
+"""Runs that can be stopped (issue 26, item 7): Ctrl-C during ``lrbandit validate``,
+``compare`` or ``reproduce`` with ``--jobs 2`` ends the workers within seconds, keeps the
+chunks that finished, prints and writes them marked partial, and exits with status 130.
+
+The command-line tests start the real command in its own process group and send SIGINT to
+the whole group, as a terminal's Ctrl-C does, once the first chunk has finished (a marker
+line that :data:`DRIVER` prints when the parent collects a chunk).  Each setting would run
+for well over 30 s; the tests ask that the process exits within :data:`STOP_SECONDS` of the
+signal, which leaves room for a loaded machine and none for the remaining chunks.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lrbandit_gym.experiments.outputs import RunStamp
+from lrbandit_gym.experiments.parallel import (
+    Interrupted,
+    RunInterrupted,
+    local_map,
+    process_pool_map,
+)
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "killpg"), reason="sends SIGINT to a process group (POSIX)"
+)
+
+#: Seconds from SIGINT to the exit of the command, outputs written (a quarter or less of
+#: what the remaining chunks of each setting below would take).
+STOP_SECONDS = 8.0
+
+#: Runs ``lrbandit`` (``cli.main``) with one addition: a line ``@@ finished NAME`` on stderr
+#: each time the parent collects an item of a process pool, NAME the function it ran.
+DRIVER = """
+import sys
+
+import lrbandit_gym.experiments.parallel as parallel
+
+_pool_map = parallel.process_pool_map
+
+
+def process_pool_map(fn, items, jobs, on_done=None, **options):
+    name = getattr(getattr(fn, "func", fn), "__name__", "?")
+
+    def done(i):
+        if on_done is not None:
+            on_done(i)
+        print(f"@@ finished {name}", file=sys.stderr, flush=True)
+
+    return _pool_map(fn, items, jobs, done, **options)
+
+
+parallel.process_pool_map = process_pool_map
+from lrbandit_gym.experiments.cli import main  # noqa: E402
+
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _interrupt(tmp_path: Path, argv: list[str], chunk: str, signals: int = 1):
+    """Start ``lrbandit argv``, send SIGINT to its process group (``signals`` times, 0.1 s
+    apart) once an item run by ``chunk`` has finished; ``(exit status, seconds from the
+    first signal to the exit, stdout, stderr)``."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    out_path, err_path = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(driver), *argv],
+            stdout=out,
+            stderr=err,
+            start_new_session=True,  # its own process group, as a terminal's job
+            cwd=tmp_path,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while f"@@ finished {chunk}" not in err_path.read_text():
+                assert proc.poll() is None, err_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no chunk finished in 120 s"
+                time.sleep(0.05)
+            sent = time.monotonic()
+            for k in range(signals):
+                if k:
+                    time.sleep(0.1)
+                os.killpg(proc.pid, signal.SIGINT)
+            try:
+                code = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                code = None
+            elapsed = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    # No worker outlives the command: its process group is empty.
+    for _ in range(40):
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("a worker process is still running after the command exited")
+    return code, elapsed, out_path.read_text(), err_path.read_text()
+
+
+def _done_of(text: str, total: int) -> int:
+    match = re.search(rf"interrupted: (\d+) of {total} trials", text)
+    assert match, text[-3000:]
+    return int(match.group(1))
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_ctrl_c_stops_validate_and_writes_the_finished_chunks_marked_partial(tmp_path):
+    argv = ["validate", "--d1", "8", "--d2", "6", "--rank", "1", "--targets", "entry"]
+    argv += ["--n", "300", "--trials", "120", "--batch-size", "2", "--jobs", "2"]
+    argv += ["--seed", "1", "--no-progress", "--out", "out"]
+    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "_worker_job")
+    assert code == 130, stderr[-3000:]
+    assert elapsed < STOP_SECONDS, f"took {elapsed:.1f} s to stop"
+    done = _done_of(stderr, 120)
+    assert 2 <= done < 120 and done % 2 == 0  # whole chunks of 2 trials
+    assert stdout.startswith(f"PARTIAL RESULT (interrupted: {done} of 120 trials)")
+    assert f"PARTIAL (interrupted: {done} of 120 trials)" in stdout
+    lines = (tmp_path / "out" / "validate.csv").read_text().splitlines()
+    assert lines[0].startswith(f"# PARTIAL RUN (interrupted: {done} of 120 trials); written by")
+    rows = list(csv.DictReader(lines[1:]))
+    assert rows
+    for row in rows:
+        assert int(row["trials"]) + int(row["no_interval"]) == done  # the finished trials
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_second_ctrl_c_aborts_at_once(tmp_path):
+    argv = ["validate", "--d1", "8", "--d2", "6", "--rank", "1", "--targets", "entry"]
+    argv += ["--n", "300", "--trials", "120", "--batch-size", "2", "--jobs", "2"]
+    argv += ["--seed", "1", "--no-progress", "--out", "out"]
+    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "_worker_job", signals=2)
+    assert code in (130, -signal.SIGINT), stderr[-3000:]  # 130, or killed by SIGINT
+    assert elapsed < STOP_SECONDS, f"took {elapsed:.1f} s to stop"
+    assert "Traceback" not in stderr or "KeyboardInterrupt" in stderr
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_ctrl_c_stops_compare_and_writes_the_finished_units_marked_partial(tmp_path):
+    argv = ["compare", "--d", "6", "--rank", "1", "--rounds", "300", "--warm-start", "100"]
+    argv += ["--trials", "60", "--batch-size", "1", "--jobs", "2", "--no-figures"]
+    argv += ["--agents", "eps-greedy", "uniform", "--out", "out"]
+    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "_execute")
+    assert code == 130, stderr[-3000:]
+    assert elapsed < STOP_SECONDS, f"took {elapsed:.1f} s to stop"
+    done = _done_of(stderr, 120)
+    assert 1 <= done < 120
+    assert f"**PARTIAL RESULT (interrupted: {done} of 120 trials" in stdout
+    meta = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert meta["run"]["partial"] is True
+    assert meta["run"]["interrupted"] == f"interrupted: {done} of 120 trials"
+    assert meta["trials_planned"] == {"eps-greedy": 60, "uniform": 60}
+    assert sum(meta["trials_done"].values()) == done
+    with np.load(tmp_path / "out" / "compare.npz") as npz:
+        kept = sum(
+            npz[f"{a}/trials"].size for a in ("eps-greedy", "uniform") if f"{a}/trials" in npz
+        )
+    assert kept == done
+    assert (tmp_path / "out" / "compare.md").read_text().startswith("<!-- PARTIAL RUN")
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_ctrl_c_stops_reproduce_and_skips_the_settings_not_reached(tmp_path):
+    argv = ["reproduce", "table2", "--ranks", "1", "3", "--trials", "40", "--n", "200"]
+    argv += ["--batch-size", "2", "--warm-start", "200", "--no-figures", "--jobs", "2"]
+    argv += ["--out", "out"]
+    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "_run_job")
+    assert code == 130, stderr[-3000:]
+    assert elapsed < STOP_SECONDS, f"took {elapsed:.1f} s to stop"
+    done = _done_of(stderr, 80)
+    assert 2 <= done < 40  # within the first setting, r=1
+    assert f"PARTIAL RESULT (interrupted: {done} of 80 trials: r=1 {done} of 40, r=3 0 of 40)" in (
+        stdout
+    )
+    out = tmp_path / "out"
+    assert (out / "table2.csv").read_text().startswith("# PARTIAL RUN (interrupted: ")
+    meta = json.loads((out / "table2.json").read_text())
+    assert meta["partial"] is True and meta["trials_done"] == {"r=1": done}
+    assert {r["setting"] for r in meta["rows"]} == {"r=1"}
+    with np.load(out / "table2.npz") as npz:
+        assert npz["r=1/estimate"].shape[-1] == done
+        assert json.loads(str(npz["metadata"]))["partial"] is True
+
+
+# ------------------------------------------------------------------- in this process
+def _item(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_process_pool_map_ends_running_items_on_keyboard_interrupt():
+    """A KeyboardInterrupt in the caller ends items that would run 60 s, within seconds,
+    and keeps the one that finished."""
+
+    def on_done(i):
+        raise KeyboardInterrupt
+
+    start = time.monotonic()
+    with pytest.raises(Interrupted) as caught:
+        process_pool_map(_item, [0.0, 60.0, 60.0, 60.0], 2, on_done)
+    assert time.monotonic() - start < 15
+    assert caught.value.results == {0: 0.0} and caught.value.total == 4
+
+
+def test_local_map_in_this_process_keeps_the_items_before_the_interrupt():
+    def fn(x):
+        if x == 2:
+            raise KeyboardInterrupt
+        return 10 * x
+
+    with pytest.raises(Interrupted) as caught:
+        local_map(fn, [0, 1, 2, 3], 1)
+    assert caught.value.results == {0: 0, 1: 10} and caught.value.total == 4
+    assert isinstance(caught.value, KeyboardInterrupt)  # code that does not look stops too
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_run_study_in_this_process_raises_the_merged_partial_result(monkeypatch):
+    import lrbandit_gym.experiments.studies as studies
+
+    config = studies.StudyConfig(d1=6, d2=6, rank=1, warm_start=60, checkpoints=(40,))
+    calls = []
+    real = studies._run_job
+
+    def run_job(job):
+        calls.append(job)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(job)
+
+    monkeypatch.setattr(studies, "_run_job", run_job)
+    with pytest.raises(RunInterrupted) as caught:
+        studies.run_study(config, 7, seed=3, batch_size=2)
+    stop = caught.value
+    assert (stop.done, stop.total) == (4, 7)
+    assert stop.line == "interrupted: 4 of 7 trials"
+    assert stop.result["estimate"].shape[-1] == 4
+
+
+def test_the_stamp_of_a_partial_run_says_so_everywhere():
+    full = RunStamp.of("lrbandit validate", {"trials": 80}, 1)
+    part = RunStamp.of(
+        "lrbandit validate", {"trials": 80}, 1, partial="interrupted: 8 of 80 trials"
+    )
+    assert full.to_dict()["partial"] is False and "interrupted" not in full.to_dict()
+    assert full.line().startswith("written by lrbandit-gym")
+    assert part.to_dict()["partial"] is True
+    assert part.to_dict()["interrupted"] == "interrupted: 8 of 80 trials"
+    assert part.line().startswith("PARTIAL RUN (interrupted: 8 of 80 trials); written by")
+
+
+def test_shared_trials_of_a_partial_comparison_stop_at_the_first_gap():
+    """Units finish out of order: an agent may hold trials 0-2 and 4 but not 3, and the
+    regret over "the trials every agent played" must not pair its trial 4 with another's 3."""
+    from lrbandit_gym.experiments.compare_report import ComparisonResult
+
+    data = {"a": {"trials": np.array([0, 1, 2, 4])}, "b": {"trials": np.array([0, 1, 2, 3])}}
+    result = ComparisonResult(None, ["a", "b"], data, None, 0.0, None, {}, partial=True)
+    assert result.shared_trials() == 3
+    data["a"]["trials"] = np.array([1, 2])
+    assert result.shared_trials() == 0

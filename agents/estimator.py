@@ -262,15 +262,14 @@ class LowRankSGD(FactorStore):
         """Set the factors from initial estimates by eq. (10).
 
         ``U_0 = W_U D^{1/2}``, ``V_0 = W_V D^{1/2}`` from the top-r SVD ``W_U D W_V^T`` of
-        each ``M_init[a]``.  Resets the round counter ``t`` and the per-arm counts.
+        each ``M_init[a]``.  Resets the round counter ``t`` and the per-arm counts.  Also
+        sets the divergence bound :attr:`max_singular_value` (unless it was given).
 
         Parameters
         ----------
         M_init : array_like of shape (K, d1, d2) or (B, K, d1, d2)
             Initial estimates (need not have rank r: they are truncated).  In batched mode
             a ``(K, d1, d2)`` array is used for every trial.
-
-        Also sets the divergence bound :attr:`max_singular_value` (unless it was given).
 
         Raises
         ------

@@ -55,6 +55,22 @@ class Mutant:
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
+        "no_regret_correction",
+        "the V* interval drops the estimated regret of the greedy rules played",
+        "inference/played_regret.py",
+        "        estimate=est + regret,",
+        "        estimate=est,",
+        ("tests/test_played_regret.py",),
+    ),
+    Mutant(
+        "policy_value_no_ipw",
+        "the policy-value AIPW term drops its 1/pi weight",
+        "inference/policy_value.py",
+        "weight = targets[trials, :, action] / propensities[trials, action][:, None]",
+        "weight = targets[trials, :, action]",
+        ("tests/test_policy_value.py",),
+    ),
+    Mutant(
         "value_uniform_propensities",
         "the value wrapper feeds the V* core uniform propensities instead of the policy's",
         "inference/wrappers.py",

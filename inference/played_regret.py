@@ -220,9 +220,11 @@ def played_regret(reference: np.ndarray, rules: PlayedRules, n_obs: int):
     return regret, variance
 
 
-#: Choices of ``correction`` for the ``V*`` interval: "regret" adds ``R̂_n``, "none" is the
-#: paper's ``V̂_n``, "auto" is "regret" where the wrapper can compute it (a low-rank
-#: estimator and known propensities) and "none" otherwise.
+#: Choices of ``correction`` for the ``V*`` interval: "auto" keeps the paper's ``V̂_n`` and
+#: checks ``R̂_n`` (bias-aware interval and warning where it exceeds :data:`WARN_RATIO`
+#: standard errors) where the wrapper can compute it (a low-rank estimator and known
+#: propensities); "regret" adds ``R̂_n`` to the estimate; "none" is the paper's ``V̂_n``
+#: without the check.
 CORRECTIONS = ("auto", "regret", "none")
 
 #: ``R̂_n`` above this many standard errors of ``V*`` raises :class:`ValueBiasWarning`.
@@ -359,15 +361,16 @@ class RegretCorrection:
             self._feed.forget()
 
 
-def correct_interval(ci, regret, variance, *, kind, tuning_n, level, batched, **extra):
-    """``ci`` (the paper's ``V*`` read-out) with ``R̂_n`` added to the estimate and its
-    sampling variance to the squared standard error.
+def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batched, **extra):
+    """The ``V*`` read-out ``ci`` (the paper's) read against ``R̂_n`` (docs/method.md §10).
 
-    Where ``R̂_n`` exceeds :data:`WARN_RATIO` standard errors the correction is too large to
-    be trusted (docs/method.md §10): there the interval is *bias-aware*, from the paper's
-    lower end (``V̂_n`` is unbiased for the mean value of the rules played, which is at most
-    ``V*``) to the corrected upper end, its p-value the larger of the two, and a
-    :class:`ValueBiasWarning` says so.
+    ``shift=True`` (``correction="regret"``): ``R̂_n`` is added to the estimate and its
+    sampling variance to the squared standard error.  ``shift=False`` (the default,
+    ``correction="auto"``): the paper's interval is kept.  Either way, where ``R̂_n`` exceeds
+    :data:`WARN_RATIO` standard errors the regret of the rules played is not negligible and
+    the interval is *bias-aware*: from the paper's lower end (``V̂_n`` is unbiased for the
+    mean value of the rules played, which is at most ``V*``) to the corrected upper end,
+    its p-value the larger of the two; a :class:`ValueBiasWarning` says so.
     """
     import dataclasses
 
@@ -381,19 +384,21 @@ def correct_interval(ci, regret, variance, *, kind, tuning_n, level, batched, **
     total = np.sqrt(se * se + variance)
     ratio = regret / total
     large = ratio > WARN_RATIO
-    method = ci.method.split("; anytime")[0] + (
-        "; corrected by the estimated regret of the greedy rules played, bias-aware where "
-        "the correction exceeds one standard error (docs/method.md §10)"
-    )
+    base = ci.method.split("; anytime")[0]
+    if shift:
+        base += "; corrected by the estimated regret of the greedy rules played"
+    else:
+        base += "; the regret of the greedy rules played checked"
+    method = base + ", bias-aware where it exceeds one standard error (docs/method.md §10)"
     if skipped.any():
         n_skip = f"{int(skipped.sum())} of {skipped.size} trials" if batched else "this run"
         method += (
-            f"; not corrected in {n_skip}: propensities below {MIN_REFERENCE_PROPENSITY:g} "
+            f"; not checked in {n_skip}: propensities below {MIN_REFERENCE_PROPENSITY:g} "
             "make the reference too noisy"
         )
     if kind == "sequence":
         method += f"; anytime-valid asymptotic confidence sequence tuned at n = {tuning_n}"
-    out = kind_interval(
+    shifted = kind_interval(
         kind,
         tuning_n,
         estimate=est + regret,
@@ -404,15 +409,16 @@ def correct_interval(ci, regret, variance, *, kind, tuning_n, level, batched, **
         batched=batched,
         **extra,
     )
+    out = shifted if shift else dataclasses.replace(ci, method=method)
     if not large.any():
         return out
     i = int(np.argmax(np.where(np.isfinite(ratio), ratio, -np.inf)))
     where = f" in {int(large.sum())} of {large.size} trials (largest: trial {i})" if batched else ""
     warnings.warn(
         f"the V* interval may not cover at its nominal level: the greedy rules played have an "
-        f"estimated regret of {regret[i]:.3g} = {ratio[i]:.2f} standard errors{where}, too "
-        "large for the correction to be trusted, so the interval runs from the paper's lower "
-        "end to the corrected upper end (docs/method.md §10). Lengthen the warm start "
+        f"estimated regret of {regret[i]:.3g} = {ratio[i]:.2f} standard errors{where}, so "
+        "V_hat may sit below V* by about that much; there the interval runs from the paper's "
+        "lower end to the corrected upper end (docs/method.md §10). Lengthen the warm start "
         "(warm_start=), explore more (epsilon=), or read the value of the rules actually "
         "played, which is covered whatever their regret: PolicyEvaluation(env, "
         "{'greedy': 'greedy'}, estimator=...)",
@@ -421,10 +427,14 @@ def correct_interval(ci, regret, variance, *, kind, tuning_n, level, batched, **
     )
 
     def pick(field, combine):
-        mine = np.atleast_1d(np.asarray(getattr(out, field), dtype=float))
+        a = np.atleast_1d(np.asarray(getattr(shifted, field), dtype=float))
         paper = np.atleast_1d(np.asarray(getattr(ci, field), dtype=float))
-        return finish_array(np.where(large, combine(mine, paper), mine), batched)
+        mine = np.atleast_1d(np.asarray(getattr(out, field), dtype=float))
+        return finish_array(np.where(large, combine(a, paper), mine), batched)
 
     return dataclasses.replace(
-        out, low=pick("low", np.minimum), p_value=pick("p_value", np.maximum)
+        out,
+        low=pick("low", np.minimum),
+        high=pick("high", np.maximum),
+        p_value=pick("p_value", np.maximum),
     )

@@ -234,11 +234,18 @@ class _ValueMixin(InferenceWrapperBase):
                 f"(got {type(self.estimator).__name__}, propensities={propensities!r}); pass "
                 "correction='none' for the paper's estimate"
             )
-        #: "regret" (the paper's V̂_n plus the estimated regret of the greedy rules played,
-        #: docs/method.md §10) or "none" (the paper's V̂_n).
-        self.correction = "regret" if correction != "none" and possible else "none"
+        #: "check" (the paper's V̂_n, its interval made bias-aware where the estimated regret
+        #: of the greedy rules played is large, docs/method.md §10), "regret" (V̂_n plus that
+        #: regret) or "none" (the paper's V̂_n, unchecked).
+        self.correction = (
+            "none"
+            if correction == "none" or not possible
+            else "regret"
+            if correction == "regret"
+            else "check"
+        )
         self._regret = (
-            RegretCorrection(self, regret_reservoir) if self.correction == "regret" else None
+            RegretCorrection(self, regret_reservoir) if self.correction != "none" else None
         )
 
     def _snapshot(self, x, actions, props):
@@ -288,6 +295,7 @@ class _ValueMixin(InferenceWrapperBase):
             ci,
             regret,
             variance,
+            shift=self.correction == "regret",
             kind=kind,
             tuning_n=tuning_n,
             level=level,
@@ -313,10 +321,11 @@ class _ValueMixin(InferenceWrapperBase):
         """Confidence interval for ``V*`` (Section 4, Theorem 4.2), or with
         ``kind="sequence"`` the anytime-valid confidence sequence tuned at ``tuning_n``.
 
-        With ``correction="regret"`` (the default where possible) the estimate is
-        ``V̂_n + R̂_n``, ``R̂_n`` the estimated regret of the greedy rules played, and a
-        :class:`~inference.ValueBiasWarning` says when ``R̂_n`` is large against the
-        standard error (docs/method.md §10)."""
+        By default the estimate is the paper's ``V̂_n``; where ``R̂_n``, the estimated
+        regret of the greedy rules played, exceeds one standard error the interval is
+        bias-aware (up to the corrected upper end) and a :class:`~inference.ValueBiasWarning`
+        says so; ``correction="regret"`` adds ``R̂_n`` to the estimate (docs/method.md
+        §10)."""
         with self._one_warning():
             ci = self.core.interval(confidence_level, kind=kind, tuning_n=tuning_n)
         return self._corrected(ci, confidence_level, kind, tuning_n)
@@ -502,14 +511,16 @@ class ValueInference(_ValueMixin, gym.Wrapper, RecordConstructorArgs):
     Parameters are those of :class:`ParameterInference` without ``targets`` and
     ``projection``, plus ``propensities``: "known" (the reported pmf) or "estimated"
     (Appendix A: the pmf is an estimate, e.g. an ensemble's model fractions);
-    ``correction``: "regret" adds to the paper's ``V̂_n`` the estimated regret of the
-    greedy rules it evaluates, read against the one-step estimate of a
+    ``correction``: "auto" (default) keeps the paper's ``V̂_n`` and checks the estimated
+    regret ``R̂_n`` of the greedy rules it evaluates (bias-aware interval and
+    :class:`~inference.ValueBiasWarning` where ``R̂_n`` exceeds one standard error);
+    "regret" adds ``R̂_n`` to the estimate; "none" is the paper's estimate unchecked.
+    ``R̂_n`` is read against the one-step estimate of a
     :class:`ParameterInference` below that shares the estimator (or of an own core) on a
     reservoir of ``regret_reservoir`` past rounds (default 256, fewer for many trials of
     large contexts: :func:`inference.played_regret.default_reservoir_size`;
-    docs/method.md §10); "none" is the
-    paper's estimate; "auto" (default) is "regret" with a low-rank estimator and known
-    propensities, "none" otherwise (the interval's ``method`` says which).
+    docs/method.md §10). Without a low-rank estimator or with estimated propensities the
+    check cannot be made and "auto" is "none" (the interval's ``method`` says which).
     ``info["value_inference"]`` holds the running ``V̂_n``, its standard error and ``n_obs``.
     """
 

@@ -86,10 +86,11 @@ def _run(stack_params, *, noise_std=0.1, seed=0, rounds=900, correction="auto"):
 
 def test_own_reference_equals_the_parameter_wrappers():
     """Without a ParameterInference below, the value wrapper runs its own reference core:
-    on the same trajectory it gives the same corrected interval to rounding."""
-    shared = _run(True)
-    own = _run(False)
+    on the same trajectory it gives the same regret and corrected interval to rounding."""
+    shared = _run(True, correction="regret")
+    own = _run(False, correction="regret")
     assert shared._regret.own is None and own._regret.own is not None
+    np.testing.assert_allclose(shared.played_regret(), own.played_regret(), rtol=1e-9)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ValueBiasWarning)
         a, b = shared.interval(), own.interval()
@@ -97,24 +98,47 @@ def test_own_reference_equals_the_parameter_wrappers():
     assert a.standard_error == pytest.approx(b.standard_error, rel=1e-9)
     none = _run(True, correction="none")
     assert none.interval() == none.core.interval()  # the paper's estimate, by name
+    assert none.played_regret() is None
     assert a.estimate > none.interval().estimate  # the regret is >= 0
+
+
+def test_default_keeps_the_papers_interval_where_the_regret_is_small():
+    checked = _run(True)  # correction="auto": the check
+    assert checked.correction == "check"
+    regret, _ = checked.played_regret()
+    ci, paper = checked.interval(), checked.core.interval()
+    assert regret[0] < paper.standard_error  # small here: nothing changes but the method
+    assert (ci.estimate, ci.low, ci.high, ci.p_value) == (
+        paper.estimate,
+        paper.low,
+        paper.high,
+        paper.p_value,
+    )
+    assert "checked" in ci.method
 
 
 def test_warning_where_the_regret_is_large_only():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ValueBiasWarning)
         _run(True, noise_std=0.02).interval()  # high signal-to-noise: silent
-    noisy = _run(True, noise_std=3.0)
-    with pytest.warns(ValueBiasWarning, match="may not cover"):
-        ci = noisy.interval()
-    paper = noisy.core.interval()
-    regret, variance = noisy.played_regret()
-    # Bias-aware where flagged: the paper's lower end, the corrected upper end.
-    assert ci.low == paper.low
-    assert ci.estimate == pytest.approx(paper.estimate + regret[0], rel=1e-12)
-    se = np.sqrt(paper.standard_error**2 + variance[0])
-    assert ci.high == pytest.approx(ci.estimate + 1.959963984540054 * se, rel=1e-9)
-    assert ci.p_value >= paper.p_value
+    z = 1.959963984540054
+    for correction in ("auto", "regret"):
+        noisy = _run(True, noise_std=3.0, correction=correction)
+        with pytest.warns(ValueBiasWarning, match="may not cover"):
+            ci = noisy.interval()
+        paper = noisy.core.interval()
+        regret, variance = noisy.played_regret()
+        se = np.sqrt(paper.standard_error**2 + variance[0])
+        # Bias-aware where flagged: the paper's lower end, the corrected upper end.
+        assert ci.low == paper.low
+        assert ci.high == pytest.approx(paper.estimate + regret[0] + z * se, rel=1e-9)
+        assert ci.p_value >= paper.p_value
+        shifted = paper.estimate + regret[0]
+        expected = shifted if correction == "regret" else paper.estimate
+        assert ci.estimate == pytest.approx(expected, rel=1e-12)
+        # The one-sided test keeps the paper's lower bound: V_hat is biased low, not high.
+        with pytest.warns(ValueBiasWarning):
+            assert noisy.test_greater(0.0).low == noisy.core.test_greater(0.0).low
 
 
 def test_correction_refuses_what_it_cannot_do():
@@ -125,12 +149,14 @@ def test_correction_refuses_what_it_cannot_do():
         ValueInference(env, rank=1, propensities="estimated", correction="regret")
     auto = ValueInference(env, rank=1, propensities="estimated")
     assert auto.correction == "none"
+    assert ValueInference(env, rank=1).correction == "check"
 
 
 def test_correction_removes_the_regret_bias():
     """Five arms, ε = 0.3, uniform noise (σ = 0.3), every default of the agent: the paper's
     V_hat sits below V* by the greedy rules' regret (z mean about −0.5 at 1000 rounds),
-    the corrected estimate does not.  300 trials; the z means' Monte Carlo s.e. is 0.06."""
+    the estimate corrected by ``correction="regret"`` does not.  300 trials; the z means'
+    Monte Carlo s.e. is 0.06."""
     venv = gym.make_vec(
         "MatrixContextBandit-v0",
         num_envs=300,
@@ -145,7 +171,7 @@ def test_correction_removes_the_regret_bias():
     )
     agent = EpsilonGreedy(venv, rank=1, epsilon=0.3, seed=1)
     params = VectorParameterInference(venv, {"T": np.eye(12)}, estimator=agent.estimator)
-    value = VectorValueInference(params, estimator=agent.estimator)
+    value = VectorValueInference(params, estimator=agent.estimator, correction="regret")
     obs, _ = value.reset(seed=2)
     while value.core.n_obs < 1000:
         decision = agent.act(obs)
@@ -178,7 +204,7 @@ def test_no_correction_where_propensities_vanish():
     assert np.isnan(regret).all()
     ci, paper = value.interval(), value.core.interval()
     assert (ci.estimate, ci.low, ci.high) == (paper.estimate, paper.low, paper.high)
-    assert "not corrected in this run" in ci.method
+    assert "not checked in this run" in ci.method
 
 
 def test_value_wrapper_refuses_absurd_predictions_before_any_change():

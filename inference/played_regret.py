@@ -227,8 +227,11 @@ def played_regret(reference: np.ndarray, rules: PlayedRules, n_obs: int):
 #: without the check.
 CORRECTIONS = ("auto", "regret", "none")
 
-#: ``R̂_n`` above this many standard errors of ``V*`` raises :class:`ValueBiasWarning`.
-WARN_RATIO = 1.0
+#: ``R̂_n`` above this many standard errors of ``V*`` makes the interval bias-aware and
+#: raises :class:`ValueBiasWarning`.  ``R̂_n`` overstates the regret where the reference is
+#: noisy, so a low threshold errs on the side of a wider interval: a bias of half a standard
+#: error already takes a 95% interval to about 92%.
+WARN_RATIO = 0.5
 
 #: A trial whose logging propensities fell below this (weights ``1/π`` above 200) is not
 #: corrected: the one-step reference, an inverse-propensity-weighted average, is then too
@@ -389,7 +392,7 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
         base += "; corrected by the estimated regret of the greedy rules played"
     else:
         base += "; the regret of the greedy rules played checked"
-    method = base + ", bias-aware where it exceeds one standard error (docs/method.md §10)"
+    method = base + ", bias-aware where it exceeds half a standard error (docs/method.md §10)"
     if skipped.any():
         n_skip = f"{int(skipped.sum())} of {skipped.size} trials" if batched else "this run"
         method += (

@@ -322,7 +322,7 @@ class _ValueMixin(InferenceWrapperBase):
         ``kind="sequence"`` the anytime-valid confidence sequence tuned at ``tuning_n``.
 
         By default the estimate is the paper's ``V̂_n``; where ``R̂_n``, the estimated
-        regret of the greedy rules played, exceeds one standard error the interval is
+        regret of the greedy rules played, exceeds half a standard error the interval is
         bias-aware (up to the corrected upper end) and a :class:`~inference.ValueBiasWarning`
         says so; ``correction="regret"`` adds ``R̂_n`` to the estimate (docs/method.md
         §10)."""
@@ -513,7 +513,7 @@ class ValueInference(_ValueMixin, gym.Wrapper, RecordConstructorArgs):
     (Appendix A: the pmf is an estimate, e.g. an ensemble's model fractions);
     ``correction``: "auto" (default) keeps the paper's ``V̂_n`` and checks the estimated
     regret ``R̂_n`` of the greedy rules it evaluates (bias-aware interval and
-    :class:`~inference.ValueBiasWarning` where ``R̂_n`` exceeds one standard error);
+    :class:`~inference.ValueBiasWarning` where ``R̂_n`` exceeds half a standard error);
     "regret" adds ``R̂_n`` to the estimate; "none" is the paper's estimate unchecked.
     ``R̂_n`` is read against the one-step estimate of a
     :class:`ParameterInference` below that shares the estimator (or of an own core) on a

@@ -78,7 +78,9 @@ def test_intervals_are_valid_outside_the_papers_settings(results, name):
     assert all(r["trials"] == TRIALS for r in result.rows)
     assert failures(result.rows) == [], f"{name}:\n" + result.report()
     assert result.status in ("VALID", "OVER-COVERS")
-    assert result.warnings == []  # no warm-start warning with the default warm start
+    # No warm-start warning with the default warm start (the V* regret check may warn: it
+    # errs on the side of a wider interval, docs/method.md §10).
+    assert not [w for w in result.warnings if "ValueBiasWarning" not in w], result.warnings
 
 
 @pytest.mark.parametrize("name", list(REDUCED))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from inference.played_regret import WARN_RATIO
 from lrbandit_gym.experiments.studies import format_coverage
 
 __all__ = [
@@ -328,7 +329,7 @@ class ValidationResult:
         if bias is not None and np.isfinite(bias).any():
             parts = ", ".join(
                 f"n = {n}: median {np.nanmedian(bias[c]):.2f}, warned in "
-                f"{np.mean(bias[c] > 1):.0%} of trials"
+                f"{np.mean(bias[c] > WARN_RATIO):.0%} of trials"
                 + (
                     f", not corrected in {np.mean(np.isnan(bias[c])):.0%}"
                     if np.isnan(bias[c]).any()
@@ -337,12 +338,12 @@ class ValidationResult:
                 for c, n in enumerate(a["checkpoints"])
             )
             lines.append(
-                "V* regret correction R̂/s.e. (docs/method.md §10; ValueBiasWarning above 1): "
-                + parts
+                "V* regret check R̂/s.e. (docs/method.md §10; ValueBiasWarning above "
+                f"{WARN_RATIO:g}): " + parts
             )
         elif bias is not None and any(q.label == "V*" for q in self.quantities):
             lines.append(
-                "V* regret correction not applied (correction='none', or propensities below "
+                "V* regret check not made (correction='none', or propensities below "
                 "MIN_REFERENCE_PROPENSITY in every trial: the paper's estimate; method.md §10)"
             )
         if np.isfinite(a["min_propensity"]).any():

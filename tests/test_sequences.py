@@ -168,7 +168,11 @@ def test_a_study_reads_every_round_and_the_sequences_keep_time_uniform_coverage(
     assert len(rows) == 7  # T1, T2 x (arm 0, arm 1, difference), and V*
     for r in rows:
         assert r["uniform_sequence"] >= 0.95 - 4 * 0.0109, r
-        assert r["uniform_fixed"] <= r["uniform_sequence"] - 0.15, r
+        # V*'s fixed-n interval is bias-aware wherever the regret check flags a round
+        # (docs/method.md §10), which lifts its time-uniform coverage (0.90 here against
+        # 0.77-0.83 for the parameters); it still falls short of the sequence's.
+        gap = 0.05 if r["target"] == "V*" else 0.15
+        assert r["uniform_fixed"] <= r["uniform_sequence"] - gap, r
         assert r["width_ratio"] == pytest.approx(1.5486, abs=1e-3)
 
 

@@ -23,7 +23,11 @@ from inference.policy_evaluation import (  # noqa: E402
     VectorPolicyEvaluation,
 )
 from inference.policy_value import PolicyValueInference  # noqa: E402
-from inference.results import InsufficientDataWarning, IntervalEstimate  # noqa: E402
+from inference.results import (  # noqa: E402
+    InsufficientDataWarning,
+    IntervalEstimate,
+    SmallPropensityWarning,
+)
 from inference.wrappers import (  # noqa: E402
     ParameterInference,
     ValueInference,
@@ -43,6 +47,7 @@ __all__ = [
     "ParameterInference",
     "PolicyEvaluation",
     "PolicyValueInference",
+    "SmallPropensityWarning",
     "ValueBiasWarning",
     "ValueInference",
     "VectorParameterInference",

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-__all__ = ["InsufficientDataWarning", "IntervalEstimate"]
+__all__ = ["InsufficientDataWarning", "IntervalEstimate", "SmallPropensityWarning"]
 
 
 class InsufficientDataWarning(UserWarning):
@@ -26,6 +26,12 @@ class InsufficientDataWarning(UserWarning):
 
     The result's affected entries are NaN; the message says how much more data is needed.
     """
+
+
+class SmallPropensityWarning(UserWarning):
+    """The logging policy chose an arm with a propensity so small that its inverse-propensity
+    weight is outside what the intervals' central limit theorem allows (``π_t ≥ p0 > 0``,
+    docs/method.md §8): the intervals may under-cover."""
 
 
 _ARRAY_FIELDS = ("estimate", "low", "high", "standard_error", "p_value", "n_obs")

@@ -43,6 +43,7 @@ from agents.warm_start_check import check_buffer
 from inference._stack import layers_below, transforms_data, undo_for
 from inference.results import (
     InsufficientDataWarning,
+    SmallPropensityWarning,
     format_table,
     interval_rows,
     warn_insufficient,
@@ -53,6 +54,10 @@ from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_
 from lrbandit_gym.validation import MAX_MAGNITUDE, check_magnitude, check_propensities
 
 __all__ = ["InferenceWrapperBase"]
+
+#: A chosen arm's propensity below this (a weight 1/π above 1000) raises
+#: :class:`~inference.results.SmallPropensityWarning`, once per wrapper.
+SMALL_PROPENSITY = 1e-3
 
 # Largest warm-start buffer a wrapper allocates for its own estimator (as the policies'
 # default max_memory_bytes).
@@ -169,6 +174,7 @@ class InferenceWrapperBase:
         self._undo = tuple(u for u in map(undo_for, layers) if u is not None)
         self.rounds_seen = 0
         self.rounds_skipped = 0
+        self._small_propensity_warned = False
 
     def _new_buffer(self) -> WarmStartBuffer | CompletionWarmStartBuffer:
         """An empty buffer for the own estimator's warm start (indices for completion
@@ -296,6 +302,8 @@ class InferenceWrapperBase:
         if ((actions < 0) | (actions >= self.n_actions)).any():
             raise ValueError(f"action must be in [0, {self.n_actions}); got {arm!r}")
         props = check_propensities(props, actions, self.n_actions, b)
+        if not self._small_propensity_warned:
+            self._warn_small_propensity(actions, props)
         self._fp = self._check_context()
         self._checked = _Checked(
             action,
@@ -308,6 +316,29 @@ class InferenceWrapperBase:
             self._fp,
         )
         return actions, props
+
+    def _warn_small_propensity(self, actions: np.ndarray, props: np.ndarray) -> None:
+        """Warn, once per wrapper, when the chosen arm's propensity falls below
+        :data:`SMALL_PROPENSITY` (a weight ``1/π`` above 1000): the theory wants the weights
+        bounded, and softmax at a low temperature breaks that (docs/reproduction.md, the
+        grid's ``laplace`` setting: a parameter cell covered 0.923)."""
+        chosen = props[np.arange(props.shape[0]), actions]
+        if not (chosen < SMALL_PROPENSITY).any():
+            return
+        self._small_propensity_warned = True
+        i = int(np.argmin(chosen))
+        where = f" (trial {i})" if self.n_trials is not None else ""
+        warnings.warn(
+            SmallPropensityWarning(
+                f"{type(self).__name__}: the logging policy chose arm {int(actions[i])} with "
+                f"propensity {chosen[i]:.3g}{where}, a weight 1/pi of {1 / chosen[i]:.3g}: the "
+                "intervals' central limit theorem wants the weights bounded (pi_t >= p0 > 0, "
+                "docs/method.md §8), and with weights this large they may under-cover; log "
+                "with more exploration (a higher softmax temperature, or epsilon-greedy). "
+                "Warned once per wrapper."
+            ),
+            stacklevel=4,
+        )
 
     def _check_context(self) -> np.ndarray | None:
         """Refuse a non-finite context before the step.  With a :class:`LowRankSGD` the

@@ -28,12 +28,8 @@ from inference.results import (  # noqa: E402
     IntervalEstimate,
     SmallPropensityWarning,
 )
-from inference.wrappers import (  # noqa: E402
-    ParameterInference,
-    ValueInference,
-    VectorParameterInference,
-    VectorValueInference,
-)
+from inference.value_wrappers import ValueInference, VectorValueInference  # noqa: E402
+from inference.wrappers import ParameterInference, VectorParameterInference  # noqa: E402
 
 __all__ = [
     "GREEDY",

@@ -26,7 +26,8 @@ import numpy as np
 from inference.policy_evaluation import PolicyEvaluation
 from inference.results import IntervalEstimate, format_table, interval_rows
 from inference.sequences import DEFAULT_TUNING_N
-from inference.wrappers import ParameterInference, ValueInference
+from inference.value_wrappers import ValueInference
+from inference.wrappers import ParameterInference
 from lrbandit_gym.decision import Decision
 from lrbandit_gym.logs import LogFormatError, LogReplayEnv, load_log, validate_log
 from lrbandit_gym.validation import MIN_PROPENSITY, check_confidence_level

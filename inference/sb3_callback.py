@@ -22,12 +22,8 @@ from __future__ import annotations
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from inference.wrappers import (
-    ParameterInference,
-    ValueInference,
-    VectorParameterInference,
-    VectorValueInference,
-)
+from inference.value_wrappers import ValueInference, VectorValueInference
+from inference.wrappers import ParameterInference, VectorParameterInference
 
 __all__ = ["InferenceCallback", "find_inference_wrappers"]
 

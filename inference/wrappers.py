@@ -1,10 +1,11 @@
 """Gymnasium wrappers that keep online confidence intervals while any agent plays.
 
 :class:`ParameterInference` (linear forms ``<M_a, T>`` and arm differences, Section 3) and
-:class:`ValueInference` (the optimal policy value, Section 4) watch ``step()``: they record
+:class:`~inference.ValueInference` (the optimal policy value, Section 4, in
+:mod:`inference.value_wrappers`) watch ``step()``: they record
 the context they last returned, the action, the reward and the propensities, and pass the
 action inward unchanged, so they stack and the base environment takes the action from it.
-Their vector twins :class:`VectorParameterInference` and :class:`VectorValueInference` do the
+Their vector twins :class:`VectorParameterInference` and ``VectorValueInference`` do the
 same for ``gym.make_vec(..., vectorization_mode="vector_entry_point")``, giving B independent
 sets of intervals from one run.
 
@@ -36,23 +37,11 @@ from gymnasium.vector import VectorEnv, VectorWrapper
 from agents.estimator import LowRankSGD
 from inference.estimator_feed import EstimatorFeed
 from inference.linear_form import LinearFormInference
-from inference.optimal_value import OptimalValueInference
-from inference.played_regret import (
-    CORRECTIONS,
-    RegretCorrection,
-    correct_interval,
-)
 from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
 from inference.watcher import InferenceWrapperBase
-from lrbandit_gym.onehot import OneHotContexts
 
-__all__ = [
-    "ParameterInference",
-    "ValueInference",
-    "VectorParameterInference",
-    "VectorValueInference",
-]
+__all__ = ["ParameterInference", "VectorParameterInference"]
 
 
 class _ParameterMixin(InferenceWrapperBase):
@@ -206,182 +195,6 @@ class _ParameterMixin(InferenceWrapperBase):
         self._load_common(state)
 
 
-class _ValueMixin(InferenceWrapperBase):
-    info_key = "value_inference"
-
-    def _init_value(
-        self,
-        env,
-        rank,
-        estimator,
-        propensity_fn,
-        propensities,
-        warm_start,
-        sgd_kwargs,
-        correction="auto",
-        regret_reservoir=None,
-    ):
-        if correction not in CORRECTIONS:
-            raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}")
-        self._setup(env, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
-        self.core = OptimalValueInference(
-            self.n_actions, n_trials=self.n_trials, propensities=propensities
-        )
-        possible = isinstance(self.estimator, LowRankSGD) and self.core.propensities == "known"
-        if correction == "regret" and not possible:
-            raise ValueError(
-                "correction='regret' needs a LowRankSGD estimator and known propensities "
-                f"(got {type(self.estimator).__name__}, propensities={propensities!r}); pass "
-                "correction='none' for the paper's estimate"
-            )
-        #: "check" (the paper's V̂_n, its interval made bias-aware where the estimated regret
-        #: of the greedy rules played is large, docs/method.md §10), "regret" (V̂_n plus that
-        #: regret) or "none" (the paper's V̂_n, unchecked).
-        self.correction = (
-            "none"
-            if correction == "none" or not possible
-            else "regret"
-            if correction == "regret"
-            else "check"
-        )
-        self._regret = (
-            RegretCorrection(self, regret_reservoir) if self.correction != "none" else None
-        )
-
-    def _snapshot(self, x, actions, props):
-        if isinstance(self.estimator, LowRankSGD):  # shares the agent's X V of this round
-            pred = self.estimator.predict_validated(self._batched(x), self._fp)
-        else:
-            if isinstance(x, OneHotContexts):  # another estimator reads the matrix
-                x = x.dense() if self.n_trials is not None else x.dense()[0]
-            pred = np.array(self.estimator.predict(x), ndmin=2)
-        self.core.check_predictions(pred, props)  # before the step: 1/(1 - e_t) must exist
-        if self._regret is None:
-            return pred, None
-        return pred, self._regret.snapshot(self._batched(x), actions, self._fp)
-
-    def _stage(self, snapshot, x, actions, rewards, props):
-        """The regret correction's own reference core staged before any layer commits (a
-        round it cannot absorb raises here): ``(predictions, staged)``."""
-        predictions, parts = snapshot
-        if self._regret is None:
-            return predictions, None
-        return predictions, self._regret.stage(parts, self._batched(x), actions, rewards, props)
-
-    def _absorb(self, staged, x, actions, rewards, props):
-        predictions, regret = staged
-        self.core.update_validated(predictions, actions, rewards, props)
-        if self._regret is not None:
-            self._regret.absorb(regret, self._batched(x), predictions, props)
-
-    def _restored(self) -> None:
-        if self._regret is not None:
-            self._regret.forget()
-
-    def played_regret(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(R̂_n, var)``: the estimated regret of the greedy rules played and its sampling
-        variance, arrays of shape ``(B,)`` (``(1,)`` for one bandit; NaN in a trial whose
-        propensities fell below ``MIN_REFERENCE_PROPENSITY``, which is not corrected); None
-        when ``correction="none"`` (docs/method.md §10)."""
-        if self._regret is None or not self.core.n_obs:
-            return None
-        return self._regret.regret(self.core.n_obs)
-
-    def _corrected(self, ci, level, kind, tuning_n, **extra) -> IntervalEstimate:
-        if self._regret is None or not self.core.n_obs:
-            return ci
-        regret, variance = self._regret.regret(self.core.n_obs)
-        return correct_interval(
-            ci,
-            regret,
-            variance,
-            shift=self.correction == "regret",
-            kind=kind,
-            tuning_n=tuning_n,
-            level=level,
-            batched=self.n_trials is not None,
-            **extra,
-        )
-
-    def _running_info(self) -> dict[str, Any]:
-        n = self.core.n_obs
-        info: dict[str, Any] = {"n_obs": n}
-        if n:
-            info["estimate"] = self.core.estimate
-            info["standard_error"] = np.sqrt(self.core.S2_V / n)
-        return info
-
-    def interval(
-        self,
-        confidence_level: float = 0.95,
-        *,
-        kind: str = "fixed",
-        tuning_n: int = DEFAULT_TUNING_N,
-    ) -> IntervalEstimate:
-        """Confidence interval for ``V*`` (Section 4, Theorem 4.2), or with
-        ``kind="sequence"`` the anytime-valid confidence sequence tuned at ``tuning_n``.
-
-        By default the estimate is the paper's ``V̂_n``; where ``R̂_n``, the estimated
-        regret of the greedy rules played, exceeds half a standard error the interval is
-        bias-aware (up to the corrected upper end) and a :class:`~inference.ValueBiasWarning`
-        says so; ``correction="regret"`` adds ``R̂_n`` to the estimate (docs/method.md
-        §10)."""
-        with self._one_warning():
-            ci = self.core.interval(confidence_level, kind=kind, tuning_n=tuning_n)
-        return self._corrected(ci, confidence_level, kind, tuning_n)
-
-    def test_greater(
-        self,
-        v0: float,
-        confidence_level: float = 0.95,
-        *,
-        kind: str = "fixed",
-        tuning_n: int = DEFAULT_TUNING_N,
-    ) -> IntervalEstimate:
-        """One-sided test of ``H0: V* ≤ v0`` (eq. 5), with the one-sided interval at
-        ``confidence_level``; ``kind="sequence"`` makes the p-value anytime-valid (see
-        :meth:`inference.OptimalValueInference.test_greater`)."""
-        with self._one_warning():
-            ci = self.core.test_greater(v0, confidence_level, kind=kind, tuning_n=tuning_n)
-        if self._regret is None or not self.core.n_obs:
-            return ci
-        v = np.broadcast_to(
-            np.asarray(v0, dtype=float), (1 if self.n_trials is None else self.n_trials,)
-        )
-        return self._corrected(
-            ci, confidence_level, kind, tuning_n, null_value=v, alternative="greater"
-        )
-
-    def results(
-        self,
-        confidence_level: float = 0.95,
-        *,
-        kind: str = "fixed",
-        tuning_n: int = DEFAULT_TUNING_N,
-    ) -> list[tuple[str, IntervalEstimate]]:
-        """The optimal value's interval as ``[("V*", IntervalEstimate)]``."""
-        return [("V*", self.interval(confidence_level, kind=kind, tuning_n=tuning_n))]
-
-    @property
-    def value_inference(self):
-        """This wrapper: ``env.get_wrapper_attr("value_inference")`` finds it in a stack."""
-        return self
-
-    def state_dict(self) -> dict[str, Any]:
-        regret = None if self._regret is None else self._regret.state_dict()
-        return {**self._state_common(), "core": self.core.state_dict(), "regret": regret}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`: every part (counters, core, own estimator and
-        warm-start buffer, observation, the regret correction's reservoir) is validated
-        before any is assigned, so a state that fails raises :class:`ValueError` naming the
-        key and changes nothing."""
-        checked = None if self._regret is None else self._regret.check_state(state.get("regret"))
-        self._load_common(state)
-        if checked is not None:
-            self._regret.apply_state(checked)
-
-
 class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
     """Online confidence intervals for ``<M_a, T>`` and arm differences (Algorithms 2-3).
 
@@ -502,108 +315,4 @@ class VectorParameterInference(_ParameterMixin, VectorWrapper, RecordConstructor
             point_estimate,
             warm_start,
             sgd_kwargs,
-        )
-
-
-class ValueInference(_ValueMixin, gym.Wrapper, RecordConstructorArgs):
-    """Online confidence interval and test for the optimal policy value ``V*`` (Section 4).
-
-    Parameters are those of :class:`ParameterInference` without ``targets`` and
-    ``projection``, plus ``propensities``: "known" (the reported pmf) or "estimated"
-    (Appendix A: the pmf is an estimate, e.g. an ensemble's model fractions);
-    ``correction``: "auto" (default) keeps the paper's ``V̂_n`` and checks the estimated
-    regret ``R̂_n`` of the greedy rules it evaluates (bias-aware interval and
-    :class:`~inference.ValueBiasWarning` where ``R̂_n`` exceeds half a standard error);
-    "regret" adds ``R̂_n`` to the estimate; "none" is the paper's estimate unchecked.
-    ``R̂_n`` is read against the one-step estimate of a
-    :class:`ParameterInference` below that shares the estimator (or of an own core) on a
-    reservoir of ``regret_reservoir`` past rounds (default 256, fewer for many trials of
-    large contexts: :func:`inference.played_regret.default_reservoir_size`;
-    docs/method.md §10). Without a low-rank estimator or with estimated propensities the
-    check cannot be made and "auto" is "none" (the interval's ``method`` says which).
-    ``info["value_inference"]`` holds the running ``V̂_n``, its standard error and ``n_obs``.
-    """
-
-    _vector = False
-
-    def __init__(
-        self,
-        env: gym.Env,
-        rank: int = 3,
-        *,
-        estimator=None,
-        propensity_fn=None,
-        propensities: str = "known",
-        warm_start=None,
-        correction: str = "auto",
-        regret_reservoir: int | None = None,
-        **sgd_kwargs,
-    ):
-        self._check_kind(env)
-        RecordConstructorArgs.__init__(
-            self,
-            rank=rank,
-            estimator=estimator,
-            propensity_fn=propensity_fn,
-            propensities=propensities,
-            warm_start=warm_start,
-            correction=correction,
-            regret_reservoir=regret_reservoir,
-            **sgd_kwargs,
-        )
-        gym.Wrapper.__init__(self, env)
-        self._init_value(
-            env,
-            rank,
-            estimator,
-            propensity_fn,
-            propensities,
-            warm_start,
-            sgd_kwargs,
-            correction,
-            regret_reservoir,
-        )
-
-
-class VectorValueInference(_ValueMixin, VectorWrapper, RecordConstructorArgs):
-    """Vector twin of :class:`ValueInference`."""
-
-    _vector = True
-
-    def __init__(
-        self,
-        env: VectorEnv,
-        rank: int = 3,
-        *,
-        estimator=None,
-        propensity_fn=None,
-        propensities: str = "known",
-        warm_start=None,
-        correction: str = "auto",
-        regret_reservoir: int | None = None,
-        **sgd_kwargs,
-    ):
-        self._check_kind(env)
-        RecordConstructorArgs.__init__(
-            self,
-            rank=rank,
-            estimator=estimator,
-            propensity_fn=propensity_fn,
-            propensities=propensities,
-            warm_start=warm_start,
-            correction=correction,
-            regret_reservoir=regret_reservoir,
-            **sgd_kwargs,
-        )
-        VectorWrapper.__init__(self, env)
-        self._init_value(
-            env,
-            rank,
-            estimator,
-            propensity_fn,
-            propensities,
-            warm_start,
-            sgd_kwargs,
-            correction,
-            regret_reservoir,
         )

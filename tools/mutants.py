@@ -73,7 +73,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "value_uniform_propensities",
         "the value wrapper feeds the V* core uniform propensities instead of the policy's",
-        "inference/wrappers.py",
+        "inference/value_wrappers.py",
         "self.core.update_validated(predictions, actions, rewards, props)",
         "self.core.update_validated(\n"
         "            predictions, actions, rewards, np.full_like(props, 1.0 / props.shape[-1])\n"

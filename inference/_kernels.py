@@ -1,7 +1,7 @@
 """Compiled (numba) kernels of the online debiasing (engine "numba", :mod:`lrbandit_gym.engine`).
 
 :func:`absorb_balanced` runs, one trial at a time, what
-:meth:`inference.linear_form._DebiasedLinearForm.absorb_parts` does with stacked numpy calls
+:meth:`inference.linear_form_round.LinearFormRound.absorb_parts` does with stacked numpy calls
 for balanced factors (as :class:`agents.LowRankSGD` stores them): queueing the held
 estimates of the arms that moved (:mod:`inference.held_queue`), then the pulled arm's
 residual, ``<G_t, X_t>`` from the targets' singular triplets
@@ -57,7 +57,7 @@ def absorb_balanced(
     in place, from the terms of :func:`balanced_terms`.
 
     ``changes`` are those of
-    :meth:`inference.linear_form._DebiasedLinearForm.absorb_parts`; ``sums`` is the queue
+    :meth:`inference.linear_form_round.LinearFormRound.absorb_parts`; ``sums`` is the queue
     and accumulator of ``sum_t M_tilde``, ``debias`` whether the correction is added, and
     ``sigma_sum``, ``S2_sum``, ``pulls`` the running sums and pull counts.
     """

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from inference.linear_form import _DebiasedLinearForm, check_estimate_scale
+from inference.linear_form import LinearFormCore, check_estimate_scale
 from lrbandit_gym.validation import (
     check_actions,
     check_batch_vector,
@@ -51,7 +51,7 @@ from lrbandit_gym.validation import (
 __all__ = ["ExplorationOnlyInference"]
 
 
-class ExplorationOnlyInference(_DebiasedLinearForm):
+class ExplorationOnlyInference(LinearFormCore):
     """Inference on ``<M_i, T>`` from the exploration rounds of epsilon-greedy only.
 
     Same constructor, read-out (:meth:`interval`, :meth:`difference`,

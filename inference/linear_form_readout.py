@@ -1,0 +1,298 @@
+"""Read-outs of the debiased estimate: point estimates and intervals (Algorithm 3).
+
+With ``n`` rounds absorbed, ``M^unbs_i = (1/n) Σ_t M̃_{i,t}`` (eq. (11)) and the running
+sums of :mod:`inference.linear_form_round`::
+
+    m̂_i        = <M̂_i + P_T̂(M^unbs_i − M̂_i), T>                  one-step (method.md §4)
+                 T̂ the tangent space of the rank-r matrices at the arm's current estimate
+                 M̂_i; with point_estimate="projection" the paper's <M^proj_i, T>,
+                 M^proj_i the rank-r SVD truncation of M^unbs_i        eq. (12), Algorithm 3
+    σ̂²_i       = (1/n) Σ_t 1{a_t=i}/π_t(i)·res_t²               eq. (13)
+    Ŝ²_i       = (1/n) Σ_t 1{a_t=i}/π_t(i)²·c²·<G_t, X_t>²       eq. (14)
+    interval     m̂_i ± z·σ̂_i·Ŝ_i/√n                             eq. (15)
+    difference   (m̂_a − m̂_b) ± z·√((σ̂²_a·Ŝ²_a + σ̂²_b·Ŝ²_b)/n)   Corollary 3.3
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from inference.results import (
+    IntervalEstimate,
+    normal_interval,
+    trials_phrase,
+    warn_insufficient,
+)
+from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
+from inference.tangent_space import basis_transform
+from lrbandit_gym.validation import check_arm, check_confidence_level, check_target_name
+
+__all__ = ["LinearFormReadout"]
+
+
+class LinearFormReadout:
+    """The read-out half of :class:`~inference.linear_form.LinearFormCore`: the matrices
+    ``M^unbs``, ``M^proj`` and the one-step estimate, and the intervals built on them.
+
+    Mixed into the core; results are cached in ``self._cache`` until the next round.
+    """
+
+    def _warn_no_rounds(self, what: str, stacklevel: int = 4) -> None:
+        warn_insufficient(
+            f"no rounds observed yet: at least 1 more round (with a pull of each arm "
+            f"involved) is needed to estimate {what}; returning NaN",
+            stacklevel=stacklevel,
+        )
+
+    def _debiased(self, arm: int) -> np.ndarray:
+        """``M^unbs_arm = (1/n) Σ_t M̃_{arm,t}``, shape (B, d1, d2); needs ``n > 0``."""
+        return self._sum.total(arm) / self._n
+
+    def _matrix_readout(self, arm, what: str, compute) -> np.ndarray:
+        """A copy of ``compute(arm)`` in the caller's layout; NaN, with a warning naming
+        ``what`` (formatted with ``arm``), before the first round."""
+        arm = check_arm(arm, self.n_actions)
+        if self._n == 0:
+            self._warn_no_rounds(what.format(arm=arm), stacklevel=5)  # the public caller's
+            return self._out(np.full((self._B, self.d1, self.d2), np.nan))
+        return self._out(compute(arm).copy())
+
+    def debiased_mean(self, arm: int) -> np.ndarray:
+        """``M^unbs_{arm,n} = (1/n) Σ_t M̃_{arm,t}`` (eq. (11), Algorithm 2).
+
+        Returns
+        -------
+        ndarray of shape (d1, d2) or (B, d1, d2)
+            NaN (with an :class:`InsufficientDataWarning`) before the first round.
+        """
+        return self._matrix_readout(arm, "M^unbs_{arm}", self._debiased)
+
+    def _projected(self, arm: int) -> np.ndarray:
+        key = ("projection", arm)
+        if key not in self._cache:
+            u, s, vt = np.linalg.svd(self._debiased(arm), full_matrices=False)
+            r = self.rank
+            self._cache[key] = np.matmul(u[..., :r] * s[..., None, :r], vt[..., :r, :])
+        return self._cache[key]
+
+    def projected(self, arm: int) -> np.ndarray:
+        """``M^proj_{arm,n}``: the top-``r`` SVD truncation of ``M^unbs_{arm,n}`` (Alg. 3).
+
+        Cached until the next update.
+
+        Returns
+        -------
+        ndarray of shape (d1, d2) or (B, d1, d2)
+            NaN (with an :class:`InsufficientDataWarning`) before the first round.
+        """
+        return self._matrix_readout(arm, "M^proj_{arm}", self._projected)
+
+    def _one_step(self, arm: int) -> np.ndarray:
+        key = ("one-step", arm)
+        if key not in self._cache:
+            # The reference: the arm's current estimate M̂ = U Vᵀ (the one held for the
+            # last round absorbed), and orthonormal bases of its column and row spaces.
+            U, V = self._sum.last_U[:, arm], self._sum.last_V[:, arm]
+            Q_U = np.matmul(U, basis_transform(U))
+            Q_V = np.matmul(V, basis_transform(V))
+            M_ref = np.matmul(U, V.swapaxes(-1, -2))
+            E = self._debiased(arm) - M_ref
+            # P_T̂(E) = P_U E + E P_V − P_U E P_V = Q_U (Q_Uᵀ E) + (E Q_V − Q_U Q_Uᵀ E Q_V) Q_Vᵀ
+            UtE = np.matmul(Q_U.swapaxes(-1, -2), E)
+            EV = np.matmul(E, Q_V) - np.matmul(Q_U, np.matmul(UtE, Q_V))
+            step = M_ref + np.matmul(Q_U, UtE) + np.matmul(EV, Q_V.swapaxes(-1, -2))
+            # An estimate of rank below r spans no rank-r tangent space: there the
+            # reference is M^proj itself, around which the one-step is M^proj.
+            full = (np.abs(Q_U).sum(axis=-2) > 0).all(axis=-1)
+            full &= (np.abs(Q_V).sum(axis=-2) > 0).all(axis=-1)
+            if not full.all():
+                step[~full] = self._projected(arm)[~full]
+            self._cache[key] = step
+        return self._cache[key]
+
+    def one_step(self, arm: int) -> np.ndarray:
+        """The one-step estimate ``M̂ + P_T̂(M^unbs − M̂)`` of ``M_arm`` (docs/method.md §4).
+
+        ``M̂`` is the arm's current low-rank estimate and ``P_T̂`` the projection onto the
+        tangent space of the rank-``r`` matrices at ``M̂``; where ``M̂`` has rank below
+        ``r`` the reference is ``M^proj`` (and the one-step estimate is ``M^proj``).  Its
+        error is the projected noise ``P_T̂(M^unbs − M)`` plus a remainder quadratic in
+        ``M̂ − M``, where the SVD truncation's remainder is quadratic in the noise of
+        ``M^unbs``.  Cached until the next update.
+
+        Returns
+        -------
+        ndarray of shape (d1, d2) or (B, d1, d2)
+            NaN (with an :class:`InsufficientDataWarning`) before the first round.
+        """
+        return self._matrix_readout(arm, "the one-step estimate of M_{arm}", self._one_step)
+
+    def _point(self, arm: int) -> np.ndarray:
+        """The matrix whose inner product with ``T`` is ``m̂`` (``point_estimate``)."""
+        return self._one_step(arm) if self.point_estimate == "one-step" else self._projected(arm)
+
+    def _arm_estimate(
+        self, arm: int, k: int, target: str
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``m̂`` (the one-step estimate, or eq. (12)'s ``<M^proj_arm, T>``), ``σ̂²`` and
+        ``Ŝ²`` for one arm and target, shape (B,) each; NaN, with a warning, where they are
+        unusable."""
+        m_hat = np.einsum("bij,ij->b", self._point(arm), self._T[k])
+        sigma2 = self._sigma_sum[:, arm] / self._n
+        S2 = self._S2_sum[:, arm, k] / self._n
+        never = self._pulls[:, arm] == 0
+        if never.any():
+            warn_insufficient(
+                f"arm {arm} has never been pulled{self._pull_kind}"
+                f"{trials_phrase(never, self.batched)}: at least 1 more "
+                f"{self._pull_noun} of arm {arm} is needed before <M_{arm}, T[{target!r}]> "
+                f"and its variance can be estimated; returning NaN",
+                stacklevel=4,
+            )
+        flat = ~never & ~(sigma2 * S2 > 0)
+        if flat.any():
+            warn_insufficient(
+                f"the variance of <M_{arm}, T[{target!r}]> is not estimable yet"
+                f"{trials_phrase(flat, self.batched)}: sigma_hat^2 * S_hat^2 = 0 (every "
+                f"{self._pull_noun} of arm {arm} so far had a zero residual or a zero "
+                f"<G_t, X_t>, e.g. while M_hat_{arm} = 0); at least 1 more "
+                f"{self._pull_noun} of arm {arm} with a non-zero estimate M_hat_{arm} is "
+                f"needed; returning NaN",
+                stacklevel=4,
+            )
+        bad = never | flat
+        return (
+            np.where(bad, np.nan, m_hat),
+            np.where(bad, np.nan, sigma2),
+            np.where(bad, np.nan, S2),
+        )
+
+    _pull_kind = ""
+    _pull_noun = "pull"
+
+    @property
+    def _settings_phrase(self) -> str:
+        return f"{self.point_estimate} point estimate, {self.projection} projection"
+
+    _method_name = "online debiased low-rank estimate (Algorithms 2-3)"
+
+    def _nan_interval(self, level: float, method: str) -> IntervalEstimate:
+        nan = np.full(self._B, np.nan)
+        return normal_interval(
+            nan, nan, n_obs=0, confidence_level=level, method=method, batched=self.batched
+        )
+
+    def interval(
+        self,
+        arm: int,
+        target: str,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ) -> IntervalEstimate:
+        """Confidence interval for ``m = <M_arm, T>`` (eq. (15), Algorithm 3).
+
+        ``m̂`` is the point estimate chosen at construction (``point_estimate``: the one-step
+        estimate, or ``<M^proj_arm, T>``) and ``se = σ̂·Ŝ/√n``; the p-value is two-sided for
+        ``H0: <M_arm, T> = 0``.
+
+        Parameters
+        ----------
+        arm : int
+            Arm index ``i`` in ``[0, K)``.
+        target : str
+            Name of ``T`` given at construction.
+        confidence_level : float, default 0.95
+        kind : {"fixed", "sequence"}, default "fixed"
+            "fixed": the paper's interval ``m̂ ± z·se``, valid at a number of rounds fixed in
+            advance.  "sequence": the asymptotic confidence sequence of
+            :mod:`inference.sequences`, valid at every round at once (read it as often as
+            you like and stop on any rule); its p-value is anytime-valid.
+        tuning_n : int, default 1000
+            Round at which the sequence is tightest (``kind="sequence"`` only); fix it
+            before looking at the data.
+
+        Returns
+        -------
+        IntervalEstimate
+            NaN entries, with an :class:`InsufficientDataWarning`, before the first round,
+            where the arm was never pulled, or where ``σ̂²·Ŝ² = 0``.
+        """
+        level = check_confidence_level(confidence_level)
+        arm = check_arm(arm, self.n_actions)
+        k = check_target_name(target, self._names)
+        kind, tuning_n = check_kind(kind, tuning_n)
+        what = f"<M_{arm}, T[{target!r}]>"
+        method = f"{what}: {self._method_name}, {self._settings_phrase}"
+        method += sequence_phrase(kind, tuning_n)
+        if self._n == 0:
+            self._warn_no_rounds(what)
+            return self._nan_interval(level, method)
+        n = self._n
+        m_hat, sigma2, S2 = self._arm_estimate(arm, k, target)
+        se = np.sqrt(sigma2) * np.sqrt(S2) / np.sqrt(n)  # σ̂·Ŝ/√n, eq. (15)
+        return kind_interval(
+            kind,
+            tuning_n,
+            estimate=m_hat,
+            standard_error=se,
+            n_obs=n,
+            confidence_level=level,
+            method=method,
+            batched=self.batched,
+        )
+
+    def difference(
+        self,
+        arm_a: int,
+        arm_b: int,
+        target: str,
+        confidence_level: float = 0.95,
+        *,
+        kind: str = "fixed",
+        tuning_n: int = DEFAULT_TUNING_N,
+    ) -> IntervalEstimate:
+        """Confidence interval for ``<M_a - M_b, T>`` (Corollary 3.3).
+
+        ``(m̂_a − m̂_b) ± z·√((σ̂²_a·Ŝ²_a + σ̂²_b·Ŝ²_b)/n)``: the two arms' main terms are
+        uncorrelated, so their variances add.  The p-value is
+        two-sided for ``H0: <M_a, T> = <M_b, T>``.
+
+        Parameters
+        ----------
+        arm_a, arm_b : int
+            Two different arms.
+        target : str
+        confidence_level : float, default 0.95
+        kind : {"fixed", "sequence"}, default "fixed"
+        tuning_n : int, default 1000
+            As in :meth:`interval`.
+        """
+        level = check_confidence_level(confidence_level)
+        a = check_arm(arm_a, self.n_actions, "arm_a")
+        b = check_arm(arm_b, self.n_actions, "arm_b")
+        if a == b:
+            raise ValueError(f"arm_a and arm_b must differ, got both = {a}")
+        k = check_target_name(target, self._names)
+        kind, tuning_n = check_kind(kind, tuning_n)
+        what = f"<M_{a} - M_{b}, T[{target!r}]>"
+        method = f"{what}: {self._method_name}, {self._settings_phrase} (Corollary 3.3)"
+        method += sequence_phrase(kind, tuning_n)
+        if self._n == 0:
+            self._warn_no_rounds(what)
+            return self._nan_interval(level, method)
+        n = self._n
+        m_a, sigma2_a, S2_a = self._arm_estimate(a, k, target)
+        m_b, sigma2_b, S2_b = self._arm_estimate(b, k, target)
+        se = np.sqrt((sigma2_a * S2_a + sigma2_b * S2_b) / n)  # √((σ̂²_a·Ŝ²_a + σ̂²_b·Ŝ²_b)/n)
+        return kind_interval(
+            kind,
+            tuning_n,
+            estimate=m_a - m_b,
+            standard_error=se,
+            n_obs=n,
+            confidence_level=level,
+            method=method,
+            batched=self.batched,
+        )

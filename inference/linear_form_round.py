@@ -1,0 +1,320 @@
+"""One round of Algorithm 2 (docs/method.md §4): the running sums of the debiased estimate.
+
+Per round ``t``, with ``M̂ = M̂_{a_t,t−1}`` the pulled arm's estimate *before* round ``t``'s
+update, ``w_t = 1/π_t(a_t)``, ``res_t = y_t − <M̂, X_t>`` and ``c = 1`` (gaussian contexts)
+or ``d1·d2`` (completion, Appendix C)::
+
+    Σ_t M̃_{i,t}  += M̂_{i,t−1} + c·1{a_t=i}·w_t·res_t·X_t       Algorithm 2, eq. (11)
+    n·σ̂²_{a_t}   += w_t·res_t²                                eq. (13)
+    n·Ŝ²_{a_t}   += (c·w_t)²·<G_t, X_t>²   (every target)       eq. (14)
+
+A round runs in two phases: :meth:`LinearFormRound.propose_parts` computes the pulled arm's
+residual and ``<G_t, X_t>`` and checks that the sums can hold them, writing nothing;
+:meth:`LinearFormRound.commit_round` writes them.  ``Σ_t M̃`` lives in
+:class:`~inference.held_queue.DebiasedSum`; ``<M̂, X_t>`` and ``<G_t, X_t>`` come from
+``r x r`` algebra (:mod:`inference.tangent_space`) or from the compiled kernels
+(:mod:`inference._kernels`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from agents.product_cache import one_hot_products
+from inference.tangent_space import pulled_arm_terms
+from lrbandit_gym import engine
+from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
+from lrbandit_gym.validation import MAX_MAGNITUDE, check_matrix_stack
+
+__all__ = ["Changes", "LinearFormRound", "Products", "RoundTerms", "check_estimate_scale"]
+
+Changes = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+Products = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class RoundTerms(NamedTuple):
+    """One round computed and checked by ``propose_parts``, for ``commit_round``."""
+
+    changes: tuple[np.ndarray, ...]
+    X: Any
+    action: np.ndarray
+    weight: np.ndarray
+    res: np.ndarray
+    """The pulled arms' residuals ``y_t − <M̂, X_t>``, shape (B,)."""
+    g: np.ndarray
+    """``<G_t, X_t>`` of every target, shape (B, n_T)."""
+    compiled: bool
+    position: tuple[int, int]
+    """The core's :attr:`position` the round was computed against."""
+
+
+def check_estimate_scale(U: np.ndarray, V: np.ndarray, batched: bool) -> None:
+    """Refuse factors whose estimate ``U Vᵀ`` may have entries beyond
+    :data:`~lrbandit_gym.validation.MAX_MAGNITUDE`: ``r · max|U| · max|V|`` bounds them,
+    and ``Σ_t M̂`` adds the estimate once a round (factors of 1e100 each are admissible
+    values, their product of 1e200 is not).  ``U`` (B, K, d1, r), ``V`` (B, K, d2, r).
+    """
+    top = np.abs(U).max(axis=(-1, -2)) * np.abs(V).max(axis=(-1, -2)) * U.shape[-1]
+    big = ~(top <= MAX_MAGNITUDE)
+    if big.any():
+        b, a = (int(i) for i in np.argwhere(big)[0])
+        where = f" (trial {b})" if batched else ""
+        raise ValueError(
+            f"the estimate U[{a}] V[{a}]ᵀ may have entries up to rank * max|U| * max|V| = "
+            f"{top[b, a]:.3g}{where}, beyond MAX_MAGNITUDE = {MAX_MAGNITUDE:g}: its products "
+            "with the contexts would overflow float64; rescale the factors to order 1"
+        )
+
+
+class LinearFormRound:
+    """The per-round half of :class:`~inference.linear_form.LinearFormCore`: validating the
+    contexts, finding the arms whose estimate moved, and the two-phase round.
+
+    Mixed into the core, whose constructor sets the state these methods read and write.
+    """
+
+    def _check_contexts(self, X: Any) -> np.ndarray | OneHotContexts:
+        """Validate ``update``'s contexts: ``(B, d1, d2)``, or for completion contexts
+        :class:`~lrbandit_gym.onehot.OneHotContexts` (from an index ``[j, k]``, shape (2,)
+        or (B, 2), or from one-hot matrices, found in one pass)."""
+        completion = self.context == "completion"
+        if completion and is_index_like(X, self.n_trials):
+            return check_index(X, self.d1, self.d2, self.n_trials)
+        Xb = check_matrix_stack(X, (self.d1, self.d2), self.n_trials, "X")
+        if completion:
+            ctx = one_hot_contexts(Xb)
+            if ctx is not None:
+                return ctx
+        return Xb
+
+    def changed_arms(self, U: np.ndarray, V: np.ndarray) -> np.ndarray:
+        """Which arms' factors differ from the ones last absorbed.
+
+        Parameters
+        ----------
+        U, V : ndarray of shape (B, K, d1, r) and (B, K, d2, r)
+            Every arm's factors, assumed validated.
+
+        Returns
+        -------
+        ndarray of bool, shape (B, K)
+            Exact comparison; every arm before the first round.
+        """
+        return self._sum.changed(U, V)
+
+    def absorb(
+        self,
+        U: np.ndarray,
+        V: np.ndarray,
+        X: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        weight: np.ndarray,
+    ) -> None:
+        """Absorb one round given every arm's factors and the pulled arm's weight.
+
+        The arms whose factors changed are found by :meth:`changed_arms`; the rest is
+        :meth:`absorb_parts`.  Inputs are assumed validated, in the batched layout.
+
+        Parameters
+        ----------
+        U, V : ndarray of shape (B, K, d1, r) and (B, K, d2, r)
+            Factors of the estimates before round ``t``'s update.
+        X : ndarray of shape (B, d1, d2)
+        action : ndarray of int, shape (B,)
+        reward : ndarray of shape (B,)
+        weight : ndarray of shape (B,)
+            Inverse-propensity weight of the pulled arm; 0 keeps the round out of the sums.
+        """
+        self.commit_round(self.propose(U, V, X, action, reward, weight))
+
+    def propose(
+        self,
+        U: np.ndarray,
+        V: np.ndarray,
+        X: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        weight: np.ndarray,
+    ) -> RoundTerms:
+        """:meth:`absorb`'s first phase: :meth:`propose_parts` from every arm's factors."""
+        trials = np.arange(self._B)
+        bi, ki = np.nonzero(self.changed_arms(U, V))
+        changes = (bi, ki, U[bi, ki], V[bi, ki])
+        return self.propose_parts(
+            changes, U[trials, action], V[trials, action], X, action, reward, weight
+        )
+
+    def absorb_parts(
+        self,
+        changes: Changes,
+        Ua: np.ndarray,
+        Va: np.ndarray,
+        X: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        weight: np.ndarray,
+        balanced: bool = False,
+        products: Products | None = None,
+    ) -> None:
+        """Absorb one round from the parts of the factors it needs (Algorithm 2):
+        :meth:`propose_parts` then :meth:`commit_round`; a round the sums cannot absorb
+        raises :class:`ValueError` and changes nothing."""
+        self.commit_round(
+            self.propose_parts(changes, Ua, Va, X, action, reward, weight, balanced, products)
+        )
+
+    def propose_parts(
+        self,
+        changes: Changes,
+        Ua: np.ndarray,
+        Va: np.ndarray,
+        X: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        weight: np.ndarray,
+        balanced: bool = False,
+        products: Products | None = None,
+    ) -> RoundTerms:
+        """Compute one round's terms and check that the sums can absorb them, writing
+        nothing; :meth:`commit_round` writes them.
+
+        The pulled arm's residual ``res_t = y_t − <M̂, X_t>`` and ``<G_t, X_t>`` (every
+        target) are the round's expensive part; they are kept for the commit.  The round is
+        refused when ``w·res²`` or ``(c·w)²·<G_t, X_t>²`` would make a running sum
+        infinite, or when ``|c·w·res|`` (the correction's coefficient, times context entries
+        of at most :data:`~lrbandit_gym.validation.MAX_MAGNITUDE`) exceeds
+        ``MAX_MAGNITUDE``: such a round would turn every later interval into NaN.
+
+        Parameters
+        ----------
+        changes : tuple ``(bi, ki, U_new, V_new)`` or ``(bi, ki, U_new, V_new, support)``
+            The (trial, arm) pairs whose factors differ from the ones last absorbed (every
+            pair in the first round), with their new factors, shapes (m, d1, r), (m, d2, r).
+            ``support`` (m, 2), optional: ``(j, k)`` where a change is one SGD step on the
+            completion context ``e_j e_kᵀ`` (its estimate moved only in row ``j`` and
+            column ``k``; :attr:`agents.LowRankSGD.step_support`), ``(-1, -1)`` where not
+            known: ``Σ_t M̂`` then follows it at O((d1 + d2) r) (:mod:`inference.held_queue`).
+        Ua, Va : ndarray of shape (B, d1, r) and (B, d2, r)
+            The pulled arms' factors.
+        X : ndarray of shape (B, d1, d2), or OneHotContexts
+            The contexts; completion contexts in index form make the round O((d1 + d2) r)
+            (with ``support``).
+        action : ndarray of int, shape (B,)
+        reward : ndarray of shape (B,)
+        weight : ndarray of shape (B,)
+            Inverse-propensity weight ``1/pi_t(a_t)`` of the pulled arm; 0 keeps the round
+            out of the correction, ``sigma^2`` and ``S^2`` sums.
+        balanced : bool, default False
+            True promises ``UᵀU`` and ``VᵀV`` diagonal (as :class:`agents.LowRankSGD`
+            stores them), so the orthonormal bases need no ``r x r`` factorisation.
+        products : tuple of ndarray, optional
+            ``(X V_a, Xᵀ U_a, D_a)`` of the pulled arms (shapes (B, d1, r), (B, d2, r),
+            (B, r)), when the estimator computed them for its own step; ``D_a`` (the
+            singular values) is only read with ``balanced=True``.
+
+        Raises
+        ------
+        ValueError
+            If the sums cannot absorb the round (naming the trial, reward and residual).
+        """
+        one_hot = isinstance(X, OneHotContexts)
+        compiled = balanced and products is not None and engine.compiled()
+        if compiled:  # positional calls: the round's fixed cost is numba's dispatch
+            from inference import _kernels
+
+            res = np.empty(self._B)
+            g = np.empty((self._B, self._S2_sum.shape[2]))
+            tr = self._triplets
+            if one_hot:  # the pulled arm's O(r) part
+                bad = _kernels.one_hot_terms(
+                    X.rows, X.cols, Ua, Va, products[2], action, reward, weight, self.c,
+                    self._kappa, MAX_MAGNITUDE, tr.Xs, tr.Ys, tr.x_rows, tr.y_rows, tr.Xs_sub,
+                    tr.Ys_sub, tr.Sw, self._sigma_sum, self._S2_sum, res, g,
+                )  # fmt: skip
+            else:
+                XV, XtU, sq = products
+                bad = _kernels.round_terms(
+                    Ua, Va, XV, XtU, sq, action, reward, weight, self.c, self._kappa,
+                    MAX_MAGNITUDE, tr.x_rows, tr.y_rows, tr.Xs_sub, tr.Ys_sub, tr.Sw,
+                    self._sigma_sum, self._S2_sum, res, g,
+                )  # fmt: skip
+        else:
+            if one_hot and products is None:  # X V_a = e_j V_a[k]ᵀ, Xᵀ U_a = e_k U_a[j]ᵀ
+                products = (*one_hot_products(X, Ua, Va), None)
+            # <M̂_{a_t,t−1}, X_t> and <G_t, X_t> (every target) of the pulled arm.
+            with np.errstate(over="ignore", invalid="ignore"):  # refused below
+                pred, g = pulled_arm_terms(
+                    Ua, Va, X, self._triplets, self._kappa, balanced=balanced, products=products
+                )
+                res = reward - pred  # res_t = y_t − <M̂, X_t>
+                bad = self._refused(action, weight, res, g)
+        if bad >= 0:
+            self._refuse(bad, action, reward, weight, res, g)
+        return RoundTerms(changes, X, action, weight, res, g, compiled, self.position)
+
+    def _refused(self, action, weight, res, g) -> int:
+        """The first trial whose round the sums cannot absorb (numpy), or -1."""
+        trials = np.arange(self._B)
+        cw = self.c * weight
+        ok = np.isfinite(self._sigma_sum[trials, action] + weight * res * res)
+        ok &= np.isfinite(self._S2_sum[trials, action] + (cw * cw)[:, None] * g * g).all(axis=1)
+        ok &= np.abs(cw * res) <= MAX_MAGNITUDE
+        return -1 if ok.all() else int(np.argmin(ok))
+
+    def _refuse(self, b, action, reward, weight, res, g) -> None:
+        where = f" (trial {b})" if self.batched else ""
+        with np.errstate(over="ignore", invalid="ignore"):
+            top = float(np.max(np.abs(g[b]))) if g.shape[1] else 0.0
+        raise ValueError(
+            f"the round cannot be absorbed{where}: reward {float(reward[b])!r} against the "
+            f"estimate's prediction gives the residual {float(res[b]):.3g} (weight 1/pi = "
+            f"{float(weight[b]):.3g}, largest |<G_t, X_t>| = {top:.3g}), whose square in the "
+            f"running sums of sigma^2 and S^2, or whose correction c*w*res (at most "
+            f"MAX_MAGNITUDE = {MAX_MAGNITUDE:g}), overflows float64; nothing was changed: "
+            "rescale the rewards, contexts and estimates to order 1"
+        )
+
+    def commit_round(self, terms: RoundTerms) -> None:
+        """Write a round proposed by :meth:`propose_parts` (nothing here fails on data).
+
+        Raises
+        ------
+        RuntimeError
+            If the state changed since the round was proposed.
+        """
+        if terms.position != self.position:
+            raise RuntimeError(
+                "the round was proposed before the last change to this object's state; "
+                "propose it again"
+            )
+        changes, X, action, weight, res, g = terms[:6]
+        debias = self.ablation != "no_debias"
+        if terms.compiled:
+            from inference import _kernels
+
+            if isinstance(X, OneHotContexts):  # the held estimates here
+                self._sum.hold(*changes)
+                _kernels.one_hot_write(
+                    X.rows, X.cols, action, weight, self.c, res, g, debias, self._sigma_sum,
+                    self._S2_sum, self._sum.acc, self._pulls, self.d2,
+                )  # fmt: skip
+            else:  # (the queue of held estimates is exact for any change: no support needed)
+                _kernels.absorb_balanced(
+                    self._sum, changes[:4], X, action, weight, res, g, self.c, debias,
+                    self._sigma_sum, self._S2_sum, self._pulls,
+                )  # fmt: skip
+        else:
+            trials = np.arange(self._B)
+            # Σ_t M̂_{i,t−1}: the arms whose estimate moved queue the one they held.
+            self._sum.hold(*changes)
+            cw = self.c * weight  # c·1{a_t=i}/π_t(i), at i = a_t
+            self._sigma_sum[trials, action] += weight * res * res  # σ̂², eq. (13)
+            self._S2_sum[trials, action] += (cw * cw)[:, None] * g * g  # Ŝ², eq. (14)
+            if debias:  # M̃ = M̂ + c·1{a_t=i}/π_t(i)·res_t·X_t
+                self._sum.add_correction(action, X, cw * res)
+            self._pulls[trials, action] += weight > 0
+        self._n += 1
+        self._cache.clear()

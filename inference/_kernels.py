@@ -1,6 +1,6 @@
 """Compiled (numba) kernels of the online debiasing (engine "numba", :mod:`lrbandit_gym.engine`).
 
-:func:`absorb_balanced` runs, one trial at a time, what
+:func:`round_terms` and :func:`absorb_round` run, one trial at a time, what
 :meth:`inference.linear_form_round.LinearFormRound.absorb_parts` does with stacked numpy calls
 for balanced factors (as :class:`agents.LowRankSGD` stores them): queueing the held
 estimates of the arms that moved (:mod:`inference.held_queue`), then the pulled arm's
@@ -19,76 +19,18 @@ arithmetic as one pass, so a round refused in the first phase changes nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 from numba import njit
 
 from inference._thresholds import EIG_FLOOR
 
-if TYPE_CHECKING:
-    from inference.held_queue import DebiasedSum
-
 __all__ = [
-    "absorb_balanced",
     "absorb_round",
     "one_hot_terms",
     "one_hot_write",
     "replace_held",
     "round_terms",
 ]
-
-
-def absorb_balanced(
-    sums: DebiasedSum,
-    changes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-    X: np.ndarray,
-    action: np.ndarray,
-    weight: np.ndarray,
-    res: np.ndarray,
-    g: np.ndarray,
-    c: float,
-    debias: bool,
-    sigma_sum: np.ndarray,
-    S2_sum: np.ndarray,
-    pulls: np.ndarray,
-) -> None:
-    """The second phase: one round of balanced factors into ``sums`` and the running sums,
-    in place, from the terms of :func:`balanced_terms`.
-
-    ``changes`` are those of
-    :meth:`inference.linear_form_round.LinearFormRound.absorb_parts`; ``sums`` is the queue
-    and accumulator of ``sum_t M_tilde``, ``debias`` whether the correction is added, and
-    ``sigma_sum``, ``S2_sum``, ``pulls`` the running sums and pull counts.
-    """
-    bi, ki, U_new, V_new = changes
-    if bi.size > 1 and (np.diff(bi) < 0).any():  # the kernel walks the changes by trial
-        order = np.argsort(bi, kind="stable")
-        bi, ki, U_new, V_new = bi[order], ki[order], U_new[order], V_new[order]
-    queued = absorb_round(
-        bi,
-        ki,
-        U_new,
-        V_new,
-        sums.held,
-        sums.last_U,
-        sums.last_V,
-        sums.ring_U,
-        sums.ring_V,
-        sums.ring_n,
-        X.reshape(X.shape[0], -1),
-        action,
-        weight,
-        c,
-        res,
-        g,
-        debias,
-        sigma_sum,
-        S2_sum,
-        sums.acc,
-        pulls,
-    )
-    sums.advance(queued)
 
 
 @njit(cache=True)

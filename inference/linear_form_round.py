@@ -302,10 +302,17 @@ class LinearFormRound:
                     self._S2_sum, self._sum.acc, self._pulls, self.d2,
                 )  # fmt: skip
             else:  # (the queue of held estimates is exact for any change: no support needed)
-                _kernels.absorb_balanced(
-                    self._sum, changes[:4], X, action, weight, res, g, self.c, debias,
-                    self._sigma_sum, self._S2_sum, self._pulls,
+                bi, ki, U_new, V_new = changes[:4]
+                if bi.size > 1 and (np.diff(bi) < 0).any():  # the kernel walks them by trial
+                    order = np.argsort(bi, kind="stable")
+                    bi, ki, U_new, V_new = bi[order], ki[order], U_new[order], V_new[order]
+                held = self._sum
+                queued = _kernels.absorb_round(
+                    bi, ki, U_new, V_new, held.held, held.last_U, held.last_V, held.ring_U,
+                    held.ring_V, held.ring_n, X.reshape(X.shape[0], -1), action, weight, self.c,
+                    res, g, debias, self._sigma_sum, self._S2_sum, held.acc, self._pulls,
                 )  # fmt: skip
+                held.advance(queued)
         else:
             trials = np.arange(self._B)
             # Σ_t M̂_{i,t−1}: the arms whose estimate moved queue the one they held.

@@ -1,4 +1,13 @@
-"""Saving and restoring the agents' state as flat dicts of numpy arrays and scalars.
+"""One persistence scheme for the agents and the inference objects: states as dicts,
+validated in full before anything is assigned.
+
+Every ``load_state_dict`` of :mod:`agents` and :mod:`inference` checks the whole state
+first, on copies (``validate_state_dict`` where an object offers it, :func:`check_part`
+naming the part that fails), and only then assigns what it checked, so a state that fails
+raises :class:`ValueError` naming the key and changes nothing.  The helpers here are those
+checks: :func:`check_config` (the configuration agrees), :func:`copy_arrays` (finite arrays
+of the right shape and dtype), :func:`read_int` and its kin (scalars, also as the 0-d arrays
+``np.load`` gives back), :func:`generator_state_from` (a generator's state).
 
 Every ``state_dict()`` of :mod:`agents` is *flat*: its keys are strings, its values numpy
 arrays, Python scalars or strings, never ``None``, nested dicts or Python objects.  So a
@@ -22,20 +31,26 @@ Key scheme
   fit any numpy integer type, so the plain ``bit_generator.state`` dict cannot be saved
   without pickling.
 
-States written before this scheme (nested dicts under ``"rng"``, ``"estimator"``,
-``"buffer"``, ``"policy"``; ``None`` for an absent buffer) still load: :func:`sub_state`
-and :func:`generator_state_from` read both layouts.
+The nested layout (dicts under ``"rng"``, ``"estimator"``, ``"buffer"``, ``"policy"``;
+``None`` for an absent buffer) loads too: :func:`sub_state` and :func:`generator_state_from`
+read both.  The inference wrappers keep their parts' states in that nested layout
+(``"core"``, ``"estimator"``, ``"buffer"``, ``"regret"``; ``None`` for a part they do not
+hold), and save with ``pickle``; the generators inside them are saved flat, as here.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "check_config",
+    "check_count",
+    "check_part",
+    "copy_arrays",
     "generator_state",
     "generator_state_from",
     "load_state",
@@ -226,3 +241,60 @@ def load_state(path: str | os.PathLike) -> dict[str, Any]:
     """``dict(np.load(path, allow_pickle=False))``: a state saved by :func:`save_state`."""
     with np.load(path, allow_pickle=False) as data:
         return {key: data[key] for key in data.files}
+
+
+def check_config(state: Mapping[str, Any], mine: Mapping[str, Any], keys: Iterable[str]) -> None:
+    """Raise unless ``state`` has every key of ``mine`` and agrees on the ``keys``."""
+    missing = [k for k in mine if k not in state]
+    if missing:
+        raise ValueError(f"state is missing keys {missing}")
+    for key in keys:
+        theirs = list(state[key]) if isinstance(mine[key], list) else state[key]
+        if theirs != mine[key]:
+            raise ValueError(
+                f"state[{key!r}] = {state[key]!r} does not match this object's "
+                f"{key} = {mine[key]!r}"
+            )
+
+
+def copy_arrays(
+    state: Mapping[str, Any], mine: Mapping[str, Any], keys: Iterable[str]
+) -> dict[str, np.ndarray]:
+    """Copies of ``state[key]``, each finite with the shape and dtype of ``mine[key]``."""
+    new = {}
+    for key in keys:
+        arr = np.asarray(state[key])
+        if arr.shape != mine[key].shape or arr.dtype != mine[key].dtype:
+            raise ValueError(
+                f"state[{key!r}] must be a {mine[key].dtype} array of shape "
+                f"{mine[key].shape}, got {arr.dtype} array of shape {arr.shape}"
+            )
+        if not np.isfinite(arr).all():
+            raise ValueError(f"state[{key!r}] must be finite")
+        new[key] = arr.copy()
+    return new
+
+
+def check_count(value: Any, key: str) -> int:
+    """``state[key]`` as a non-negative ``int`` (Python, numpy or 0-d array)."""
+    v = plain(value)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"state[{key!r}] must be a non-negative integer, got {value!r}")
+    return v
+
+
+def check_part(validate: Callable[[Mapping[str, Any]], Any], part: Any, key: str) -> Any:
+    """``validate(part)`` for the part ``state[key]`` of a composite state, its errors
+    naming ``state[key]``.
+
+    Raises
+    ------
+    ValueError
+        If ``part`` is not a dict or ``validate`` refuses it.
+    """
+    if not isinstance(part, Mapping):
+        raise ValueError(f"state[{key!r}] must be a dict, got {type(part).__name__}")
+    try:
+        return validate(part)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"state[{key!r}] is invalid: {exc}") from None

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from inference._persistence import check_config, check_count, copy_arrays
+from agents.state import check_config, check_count, copy_arrays
 from inference.results import (
     IntervalEstimate,
     trials_phrase,

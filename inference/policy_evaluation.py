@@ -29,7 +29,7 @@ from agents.estimator import LowRankSGD
 from inference.policy_value import PolicyValueInference, check_target_pmfs
 from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
-from inference.watcher import InferenceWrapperBase
+from inference.wrapper_base import InferenceWrapperBase
 from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.validation import MIN_PROPENSITY
 
@@ -68,10 +68,32 @@ def _check_policies(policies: Any) -> dict[str, Any]:
     return out
 
 
-class _PolicyMixin(InferenceWrapperBase):
+class _PolicyEvaluationBase(InferenceWrapperBase):
+    """Everything of the policy-evaluation wrappers but the Gymnasium wrapper class
+    (``_layer``), constructor included."""
+
     info_key = "policy_evaluation"
 
-    def _init_policy(self, env, policies, rank, estimator, propensity_fn, warm_start, sgd_kwargs):
+    def __init__(
+        self,
+        env,
+        policies: Mapping[str, Any],
+        rank: int = 3,
+        *,
+        estimator=None,
+        propensity_fn=None,
+        warm_start=None,
+        **sgd_kwargs,
+    ):
+        self._open(
+            env,
+            policies=policies,
+            rank=rank,
+            estimator=estimator,
+            propensity_fn=propensity_fn,
+            warm_start=warm_start,
+            **sgd_kwargs,
+        )
         policies = _check_policies(policies)
         self._setup(env, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
         self._targets = policies
@@ -208,14 +230,6 @@ class _PolicyMixin(InferenceWrapperBase):
         """This wrapper: ``env.get_wrapper_attr("policy_evaluation")`` finds it in a stack."""
         return self
 
-    def state_dict(self) -> dict[str, Any]:
-        """Wrapper, core and (own) estimator state (the target policies are not saved)."""
-        return {**self._state_common(), "core": self.core.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`, every part validated before any is assigned."""
-        self._load_common(state)
-
 
 _DOC_PARAMETERS = """
     Parameters
@@ -231,36 +245,6 @@ _DOC_PARAMETERS = """
         As for :class:`~inference.ValueInference`: the estimate that supplies the AIPW
         predictions (an agent's, shared, or the wrapper's own).
 """
-
-
-class _PolicyEvaluationBase(_PolicyMixin):
-    """The constructor both twins share; ``_layer`` is their Gymnasium wrapper class."""
-
-    _layer: type
-
-    def __init__(
-        self,
-        env,
-        policies: Mapping[str, Any],
-        rank: int = 3,
-        *,
-        estimator=None,
-        propensity_fn=None,
-        warm_start=None,
-        **sgd_kwargs,
-    ):
-        self._check_kind(env)
-        RecordConstructorArgs.__init__(
-            self,
-            policies=policies,
-            rank=rank,
-            estimator=estimator,
-            propensity_fn=propensity_fn,
-            warm_start=warm_start,
-            **sgd_kwargs,
-        )
-        self._layer.__init__(self, env)
-        self._init_policy(env, policies, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
 
 
 class PolicyEvaluation(_PolicyEvaluationBase, gym.Wrapper, RecordConstructorArgs):

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from inference._persistence import check_config, check_count, copy_arrays
+from agents.state import check_config, check_count, copy_arrays
 from inference.results import IntervalEstimate, trials_phrase, warn_insufficient
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from lrbandit_gym.validation import (

@@ -22,27 +22,42 @@ from inference.optimal_value import OptimalValueInference
 from inference.played_regret import CORRECTIONS, RegretCorrection, correct_interval
 from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
-from inference.watcher import InferenceWrapperBase
+from inference.wrapper_base import InferenceWrapperBase
 from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = ["ValueInference", "VectorValueInference"]
 
 
-class _ValueMixin(InferenceWrapperBase):
+class _ValueInferenceBase(InferenceWrapperBase):
+    """Everything of the ``V*`` wrappers but the Gymnasium wrapper class (``_layer``),
+    constructor included."""
+
     info_key = "value_inference"
 
-    def _init_value(
+    def __init__(
         self,
         env,
-        rank,
-        estimator,
-        propensity_fn,
-        propensities,
-        warm_start,
-        sgd_kwargs,
-        correction="auto",
-        regret_reservoir=None,
+        rank: int = 3,
+        *,
+        estimator=None,
+        propensity_fn=None,
+        propensities: str = "known",
+        warm_start=None,
+        correction: str = "auto",
+        regret_reservoir: int | None = None,
+        **sgd_kwargs,
     ):
+        self._open(
+            env,
+            rank=rank,
+            estimator=estimator,
+            propensity_fn=propensity_fn,
+            propensities=propensities,
+            warm_start=warm_start,
+            correction=correction,
+            regret_reservoir=regret_reservoir,
+            **sgd_kwargs,
+        )
         if correction not in CORRECTIONS:
             raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}")
         self._setup(env, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
@@ -189,63 +204,16 @@ class _ValueMixin(InferenceWrapperBase):
         """This wrapper: ``env.get_wrapper_attr("value_inference")`` finds it in a stack."""
         return self
 
-    def state_dict(self) -> dict[str, Any]:
-        regret = None if self._regret is None else self._regret.state_dict()
-        return {**self._state_common(), "core": self.core.state_dict(), "regret": regret}
+    def _extra_state(self) -> dict[str, Any]:
+        """The regret check's reservoir and own reference core (None without the check)."""
+        return {"regret": None if self._regret is None else self._regret.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`: every part (counters, core, own estimator and
-        warm-start buffer, observation, the regret correction's reservoir) is validated
-        before any is assigned, so a state that fails raises :class:`ValueError` naming the
-        key and changes nothing."""
-        checked = None if self._regret is None else self._regret.check_state(state.get("regret"))
-        self._load_common(state)
+    def _check_extra_state(self, state):
+        return None if self._regret is None else self._regret.check_state(state.get("regret"))
+
+    def _apply_extra_state(self, checked) -> None:
         if checked is not None:
             self._regret.apply_state(checked)
-
-
-class _ValueInferenceBase(_ValueMixin):
-    """The constructor both twins share; ``_layer`` is their Gymnasium wrapper class."""
-
-    _layer: type
-
-    def __init__(
-        self,
-        env,
-        rank: int = 3,
-        *,
-        estimator=None,
-        propensity_fn=None,
-        propensities: str = "known",
-        warm_start=None,
-        correction: str = "auto",
-        regret_reservoir: int | None = None,
-        **sgd_kwargs,
-    ):
-        self._check_kind(env)
-        RecordConstructorArgs.__init__(
-            self,
-            rank=rank,
-            estimator=estimator,
-            propensity_fn=propensity_fn,
-            propensities=propensities,
-            warm_start=warm_start,
-            correction=correction,
-            regret_reservoir=regret_reservoir,
-            **sgd_kwargs,
-        )
-        self._layer.__init__(self, env)
-        self._init_value(
-            env,
-            rank,
-            estimator,
-            propensity_fn,
-            propensities,
-            warm_start,
-            sgd_kwargs,
-            correction,
-            regret_reservoir,
-        )
 
 
 class ValueInference(_ValueInferenceBase, gym.Wrapper, RecordConstructorArgs):

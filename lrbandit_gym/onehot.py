@@ -56,8 +56,10 @@ class OneHotContexts:
         self.d2 = int(d2)
 
     @classmethod
-    def _of(cls, rows: np.ndarray, cols: np.ndarray, d1: int, d2: int) -> OneHotContexts:
-        """Build from int64 arrays of one shape, unchecked (the per-round hot path)."""
+    def unchecked(cls, rows: np.ndarray, cols: np.ndarray, d1: int, d2: int) -> OneHotContexts:
+        """Build from int64 arrays of one shape, without the constructor's conversion and
+        check: the per-round hot path, for indices already validated (:func:`check_index`)
+        or built from validated ones."""
         self = object.__new__(cls)
         self.rows, self.cols, self.d1, self.d2 = rows, cols, d1, d2
         return self
@@ -169,7 +171,7 @@ def check_index(
     ):  # the environment's index observation: checked in plain Python
         j, k = X.tolist()
         if 0 <= j < d1 and 0 <= k < d2:
-            return OneHotContexts._of(X[:1].copy(), X[1:].copy(), d1, d2)
+            return OneHotContexts.unchecked(X[:1].copy(), X[1:].copy(), d1, d2)
     expected = (2,) if n_trials is None else (n_trials, 2)
     if isinstance(X, list | tuple) and n_trials is None and len(X) == 2:
         try:  # Python ints (or numpy integer scalars) as a plain pair

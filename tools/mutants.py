@@ -83,7 +83,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "own_warm_start_unweighted",
         "the wrappers' own warm start ignores the 1/pi weights",
-        "inference/watcher.py",
+        "inference/wrapper_base.py",
         "weights = 1.0 / props[np.arange(props.shape[0]), actions]",
         "weights = np.ones(props.shape[0])",
         ("tests/test_mutants.py", "tests/test_wrappers.py", "tests/test_warm_start.py"),
@@ -159,7 +159,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "off_by_one_hand_off",
         "the wrapper's own warm start hands off to inference one round early",
-        "inference/watcher.py",
+        "inference/wrapper_base.py",
         "if buffer.n + 1 < buffer.length:",
         "if buffer.n + 2 < buffer.length:",
         ("tests/test_wrappers.py", "tests/test_mutants.py"),

@@ -1,9 +1,10 @@
 """What an inference wrapper needs to know about the Gymnasium wrappers below it.
 
-An inference wrapper reads the context the environment returned and passes the action
-inward unchanged, so everything between it and the bandit must pass both through unchanged:
-:func:`transforms_data` recognises the wrappers that do not (observation and action
-wrappers, single and vector), which the inference wrappers refuse at construction.
+An inference wrapper reads the context the environment returned, pairs it with the reward
+and passes the action inward unchanged, so everything between it and the bandit must pass
+all three through unchanged: :func:`transforms_data` and :func:`transforms_reward`
+recognise the wrappers that do not (observation, action and reward wrappers, single and
+vector), and :func:`refuse_transforming_layers` refuses them at construction.
 
 A round that an inference wrapper refuses after the inner step (a non-finite reward, its own
 estimator's fit or step failing) is undone: the bandit returns to its checkpoint, and so must
@@ -26,9 +27,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.vector import VectorActionWrapper, VectorObservationWrapper
+from gymnasium.vector import VectorActionWrapper, VectorObservationWrapper, VectorRewardWrapper
 
-__all__ = ["StepUndo", "layers_below", "transforms_data", "undo_for"]
+__all__ = [
+    "StepUndo",
+    "layers_below",
+    "refuse_transforming_layers",
+    "transforms_data",
+    "transforms_reward",
+    "undo_for",
+]
+
+# Gymnasium's reward wrappers, by name, for those that do not subclass the reward wrapper
+# classes (and for other libraries' wrappers of the same names).
+_REWARD_WRAPPERS = frozenset(
+    {"NormalizeReward", "ClipReward", "TransformReward", "VectorizeTransformReward"}
+)
 
 # Gymnasium's wrappers (single and vector) that change observations or actions, by name, for
 # those that do not subclass the observation or action wrapper classes (and for other
@@ -88,6 +102,48 @@ def transforms_data(wrapper) -> bool:
     return any(cls.__name__ in _DATA_WRAPPERS for cls in type(wrapper).__mro__)
 
 
+def transforms_reward(wrapper) -> bool:
+    """Whether ``wrapper`` changes the rewards it passes on: a subclass of
+    ``gym.RewardWrapper`` or ``VectorRewardWrapper``, or a class of one of Gymnasium's names
+    for reward wrappers anywhere in its MRO."""
+    if isinstance(wrapper, gym.RewardWrapper | VectorRewardWrapper):
+        return True
+    return any(cls.__name__ in _REWARD_WRAPPERS for cls in type(wrapper).__mro__)
+
+
+def refuse_transforming_layers(env, who: str) -> None:
+    """Refuse, naming ``who`` (the inference wrapper's class), any wrapper between ``env``
+    and the bandit that changes rewards, observations or actions: the inference wrapper
+    would estimate from the changed data.
+
+    Raises
+    ------
+    ValueError
+        Naming the first such wrapper, outermost first, and where it belongs.
+    """
+    for layer in layers_below(env):
+        if transforms_reward(layer):
+            raise ValueError(
+                f"{who} must sit below reward-transforming wrappers, not above "
+                f"{type(layer).__name__}: it would estimate the transformed reward, not "
+                "<M_a, X>; wrap the bandit with the inference wrappers first and add "
+                f"{type(layer).__name__} on top"
+            )
+        if transforms_data(layer):
+            raise ValueError(
+                f"{who} must sit below wrappers that change observations or "
+                f"actions, not above {type(layer).__name__}: it would pair the changed "
+                "context or action with the bandit's reward and estimate the wrong "
+                "<M_a, T>; wrap the bandit with the inference wrappers first and add it "
+                f"on top (or give {who} env.unwrapped)"
+                + (
+                    "; for flat observations make the bandit with flatten=True"
+                    if "Flatten" in type(layer).__name__
+                    else ""
+                )
+            )
+
+
 class StepUndo:
     """Saves one wrapper's state before a step (:meth:`save`) and puts it back
     (:meth:`restore`) when the round is refused after the inner step."""
@@ -105,17 +161,18 @@ class StepUndo:
 
 
 class _TimeLimitUndo(StepUndo):
-    """Gymnasium's ``TimeLimit``: its count of the episode's steps.  Gymnasium offers no
-    public accessor for it, so this is the one place that reads ``_elapsed_steps``;
-    :func:`undo_for` checks that it exists before the wrapper is used."""
+    """Gymnasium's ``TimeLimit``: its count of the episode's steps, ``_elapsed_steps``.
+    ``TimeLimit`` has no accessor of its own for it, so it is read and written through
+    Gymnasium's public ``get_wrapper_attr`` and ``set_wrapper_attr``, on the ``TimeLimit``
+    itself (:func:`undo_for` checks that it holds the count before the wrapper is used)."""
 
     __slots__ = ()
 
     def save(self) -> int:
-        return self.layer._elapsed_steps
+        return self.layer.get_wrapper_attr("_elapsed_steps")
 
     def restore(self, saved: int) -> None:
-        self.layer._elapsed_steps = saved
+        self.layer.set_wrapper_attr("_elapsed_steps", saved)
 
 
 class _EpisodeStatisticsUndo(StepUndo):

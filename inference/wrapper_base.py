@@ -1,37 +1,31 @@
 """The machinery every inference wrapper shares (:class:`InferenceWrapperBase`).
 
-It resolves each step's propensities (from the :class:`~lrbandit_gym.Decision` or
-``propensity_fn``), checks the action and the context before the inner step, runs the
-wrapper's own :class:`~agents.LowRankSGD` when it has no agent's estimator to share
-(warm-started on the first rounds it sees, weighted by ``1/π``), and steps a stack of
-inference wrappers all or nothing.  Every check that does not need the reward runs before
-the inner step (the action, the propensities, the context's finiteness and, for completion
-contexts, that it is exactly one-hot); then every layer prepares its update, the outermost
-commits them together, and a failure after the inner step (a reward it cannot absorb, the
-own estimator's fit or step failing) returns the base environment, and the Gymnasium
-wrappers between that counted the step, to their state before it (:mod:`inference._stack`:
-``TimeLimit``, ``RecordEpisodeStatistics`` and any wrapper with ``checkpoint()`` and
-``restore()``; other wrappers that override ``step`` keep what they saw and belong above).
-Wrappers that change rewards, observations or actions are refused below an inference
-wrapper at construction: it would estimate from the changed data.  The public wrappers are
-in :mod:`inference.wrappers`.
+Each step an inference wrapper resolves the round's propensities (from the
+:class:`~lrbandit_gym.Decision` or ``propensity_fn``), checks the action and the context
+before the inner step (the propensities, the context's finiteness and, for completion
+contexts, that it is exactly one-hot), and after it checks the reward and prepares its
+update: its core's round (:meth:`InferenceWrapperBase._stage`) and, when it has no agent's
+estimator to share, its own :class:`~agents.LowRankSGD`'s (warm-started on the first rounds
+it sees, weighted by ``1/π``).  A stack of inference wrappers steps all or nothing through
+the protocol of :mod:`inference.stack_step`; wrappers that change rewards, observations or
+actions are refused below an inference wrapper at construction
+(:mod:`inference.gym_layers`): it would estimate from the changed data.  Saving and
+restoring is :mod:`inference.wrapper_state`; the public wrappers are in
+:mod:`inference.wrappers`, :mod:`inference.value_wrappers` and
+:mod:`inference.policy_evaluation`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import warnings
-from collections.abc import Mapping
-from typing import Any, NamedTuple
 
-import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv, VectorRewardWrapper
+from gymnasium.utils import RecordConstructorArgs
+from gymnasium.vector import AutoresetMode, VectorEnv
 
 from agents.base import problem_shape
 from agents.estimator import LowRankSGD
-from agents.state import read_int
 from agents.warm_start import (
     CompletionWarmStartBuffer,
     WarmStartBuffer,
@@ -39,8 +33,8 @@ from agents.warm_start import (
     default_warm_start_rounds,
     warm_start_buffer_bytes,
 )
-from agents.warm_start_check import check_buffer
-from inference._stack import layers_below, transforms_data, undo_for
+from agents.warm_start.check import check_buffer
+from inference.gym_layers import layers_below, refuse_transforming_layers, undo_for
 from inference.results import (
     InsufficientDataWarning,
     SmallPropensityWarning,
@@ -49,6 +43,8 @@ from inference.results import (
     warn_insufficient,
 )
 from inference.sequences import DEFAULT_TUNING_N
+from inference.stack_step import CheckedInput, StackStep
+from inference.wrapper_state import WrapperState
 from lrbandit_gym.decision import split_decision
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.validation import MAX_MAGNITUDE, check_magnitude, check_propensities
@@ -64,39 +60,29 @@ SMALL_PROPENSITY = 1e-3
 _MAX_BUFFER_BYTES = 2**31
 
 
-_REWARD_WRAPPERS = ("NormalizeReward", "ClipReward", "TransformReward", "VectorizeTransformReward")
-
-
-def _transforms_reward(wrapper) -> bool:
-    """Whether a wrapper changes the rewards it passes on (Gymnasium's reward wrappers and
-    any subclass of ``gym.RewardWrapper`` or ``VectorRewardWrapper``)."""
-    if isinstance(wrapper, gym.RewardWrapper | VectorRewardWrapper):
-        return True
-    return any(cls.__name__ in _REWARD_WRAPPERS for cls in type(wrapper).__mro__)
-
-
 def _nothing() -> None:
     """A prepared update with nothing to do (or to undo)."""
 
 
-class _Checked(NamedTuple):
-    """One step's action and context as an inference wrapper validated them, handed to the
-    inference wrapper directly below it so the same objects are not checked twice."""
+class InferenceWrapperBase(WrapperState):
+    """Estimator handling, propensity resolution and bookkeeping shared by all wrappers.
 
-    action: Any
-    obs: Any
-    estimator: Any
-    from_decision: bool
-    propensity_fn: Any
-    actions: np.ndarray
-    propensities: np.ndarray
-    fingerprint: np.ndarray | None
-
-
-class InferenceWrapperBase:
-    """Estimator handling, propensity resolution and bookkeeping shared by all wrappers."""
+    A public wrapper mixes this base with its Gymnasium wrapper class, ``_layer``
+    (``gym.Wrapper`` for a single env, ``VectorWrapper`` for a vector env, as ``_vector``
+    says); its constructor calls :meth:`_open`, then :meth:`_setup`, then builds its core.
+    """
 
     info_key = "inference"
+    _vector: bool
+    _layer: type
+
+    def _open(self, env, **recorded) -> None:
+        """Refuse the wrong kind of environment, record the constructor's arguments
+        (``recorded``: Gymnasium's ``spec`` of the stack) and initialise the Gymnasium
+        wrapper class."""
+        self._check_kind(env)
+        RecordConstructorArgs.__init__(self, **recorded)
+        self._layer.__init__(self, env)
 
     def _setup(self, env, rank, estimator, propensity_fn, warm_start, sgd_kwargs) -> None:
         base = env.unwrapped
@@ -104,6 +90,8 @@ class InferenceWrapperBase:
         self.d1, self.d2 = self._shape.d1, self._shape.d2
         self.n_actions = self._shape.n_actions
         self.n_trials = self._shape.n_trials if self._vector else None
+        #: The law of the contexts: "completion" (one-hot ``e_j e_kᵀ``) or a dense one.
+        self.context = self._shape.context
         if propensity_fn is not None and not callable(propensity_fn):
             raise ValueError(f"propensity_fn must be callable; got {propensity_fn!r}")
         self.propensity_fn = propensity_fn
@@ -157,18 +145,17 @@ class InferenceWrapperBase:
             self.warm_start_rounds = 0
             self._buffer = None
         #: The held-out check of the own estimator's warm start
-        #: (:class:`agents.warm_start_check.WarmStartCheck`), once it has run.
+        #: (:class:`agents.warm_start.check.WarmStartCheck`), once it has run.
         self.warm_start_check = None
         self.estimator = estimator
         self.rank = estimator.rank
         self._obs = None
         self._fp = None  # fingerprint of the last context (LowRankSGD estimators)
-        self._checked = None  # this step's validated action and context (see _resolve)
-        self._handoff = None  # the same, handed down by the inference wrapper above
-        self._pending = None  # the chain's prepared updates, from the wrapper above
-        # Below this wrapper: the nearest inference wrapper (which a step hands its checked
-        # round and the chain's prepared updates), and how to undo the wrappers that count a
-        # step when a round is refused after the inner step (inference._stack).
+        self._checked = None  # this step's checked action and context (see _resolve)
+        self._joined = None  # the stack's step in flight, handed down from above (join)
+        # Below this wrapper: the nearest inference wrapper (which a step is handed down
+        # to), and how to undo the wrappers that count a step when a round is refused after
+        # the inner step (inference.gym_layers).
         layers = list(layers_below(env))
         self._inner = next((w for w in layers if isinstance(w, InferenceWrapperBase)), None)
         self._undo = tuple(u for u in map(undo_for, layers) if u is not None)
@@ -217,29 +204,7 @@ class InferenceWrapperBase:
                 "ignores the action and returns reward 0, which is not a round of data; use "
                 'autoreset_mode="SameStep" (the default) or max_episode_steps=None'
             )
-        layer = env
-        while layer is not None and layer is not base:
-            if _transforms_reward(layer):
-                raise ValueError(
-                    f"{cls.__name__} must sit below reward-transforming wrappers, not above "
-                    f"{type(layer).__name__}: it would estimate the transformed reward, not "
-                    "<M_a, X>; wrap the bandit with the inference wrappers first and add "
-                    f"{type(layer).__name__} on top"
-                )
-            if transforms_data(layer):
-                raise ValueError(
-                    f"{cls.__name__} must sit below wrappers that change observations or "
-                    f"actions, not above {type(layer).__name__}: it would pair the changed "
-                    "context or action with the bandit's reward and estimate the wrong "
-                    "<M_a, T>; wrap the bandit with the inference wrappers first and add it "
-                    f"on top (or give {cls.__name__} env.unwrapped)"
-                    + (
-                        "; for flat observations make the bandit with flatten=True"
-                        if "Flatten" in type(layer).__name__
-                        else ""
-                    )
-                )
-            layer = getattr(layer, "env", None)
+        refuse_transforming_layers(env, cls.__name__)
 
     @staticmethod
     def _inner_estimator(env):
@@ -254,20 +219,20 @@ class InferenceWrapperBase:
         or, for a completion index ``[j, k]``, :class:`~lrbandit_gym.onehot.OneHotContexts`
         (checked by :meth:`_check_context` before it is used)."""
         b = self.n_trials
-        if self._shape.context == "completion" and is_index_like(obs, b):
+        if self.context == "completion" and is_index_like(obs, b):
             idx = np.asarray(obs)
             if idx.dtype.kind in "iu":
                 idx = idx.reshape(-1, 2).astype(np.int64, copy=False)
-                return OneHotContexts._of(idx[:, 0], idx[:, 1], self.d1, self.d2)
+                return OneHotContexts.unchecked(idx[:, 0], idx[:, 1], self.d1, self.d2)
             return idx  # refused by _check_context
         shape = (self.d1, self.d2) if b is None else (b, self.d1, self.d2)
         return np.asarray(obs, dtype=float).reshape(shape)
 
-    def _resolve(self, action):
-        """``(action, propensities)`` checked against the last context, before any step."""
+    def _resolve(self, action, handed: CheckedInput | None):
+        """``(action, propensities)`` checked against the last context, before any step;
+        ``handed`` is the input the inference wrapper above checked in this step, if any."""
         if self._obs is None:
             raise RuntimeError("Call reset() before step().")
-        handed = self._handoff
         if (
             handed is not None
             and handed.action is action
@@ -278,7 +243,7 @@ class InferenceWrapperBase:
             # The inference wrapper just above checked this very action and context
             # within this step: nothing can have changed them since.
             self._fp = handed.fingerprint
-            if self._shape.context == "completion" and not isinstance(self._x, OneHotContexts):
+            if self.context == "completion" and not isinstance(self._x, OneHotContexts):
                 ctx = one_hot_contexts(self._batched(self._x))  # as _check_context does
                 if ctx is not None:
                     self._x = ctx
@@ -305,7 +270,7 @@ class InferenceWrapperBase:
         if not self._small_propensity_warned:
             self._warn_small_propensity(actions, props)
         self._fp = self._check_context()
-        self._checked = _Checked(
+        self._checked = CheckedInput(
             action,
             self._obs_raw,
             self.estimator,
@@ -348,7 +313,7 @@ class InferenceWrapperBase:
         A completion index is checked for range; a dense one-hot completion context is
         replaced by its index form (one pass), which the estimator and the core read at
         O((d1 + d2) r)."""
-        if self._shape.context == "completion" and (
+        if self.context == "completion" and (
             isinstance(self._x, OneHotContexts) or is_index_like(self._x, self.n_trials)
         ):
             check_index(self._obs_raw, self.d1, self.d2, self.n_trials, name="the context")
@@ -362,7 +327,7 @@ class InferenceWrapperBase:
             # An entry beyond MAX_MAGNITUDE shows in the fingerprint (short of an exact
             # cancellation against the fixed weights); a NaN fails the comparison.
             if (np.abs(fp) <= MAX_MAGNITUDE).all():
-                if self._shape.context == "completion":
+                if self.context == "completion":
                     ctx = one_hot_contexts(xb)
                     if ctx is None:
                         self._refuse_not_one_hot(xb)
@@ -373,7 +338,7 @@ class InferenceWrapperBase:
         check_magnitude(
             self._x, "the context the environment returned", batched=self.n_trials is not None
         )
-        if self._shape.context == "completion" and one_hot_contexts(self._batched(self._x)) is None:
+        if self.context == "completion" and one_hot_contexts(self._batched(self._x)) is None:
             self._refuse_not_one_hot(self._batched(self._x))
         return fp  # finite entries (their fingerprint overflowed), or not a LowRankSGD
 
@@ -474,56 +439,52 @@ class InferenceWrapperBase:
 
         return commit, abort
 
+    def join(self, step: StackStep | None) -> None:
+        """Take part in ``step``, the stack's step in flight that an inference wrapper above
+        began, as the next inference wrapper below it; ``None`` leaves it
+        (:mod:`inference.stack_step`)."""
+        self._joined = step
+
     def _watch_step(self, action, inner_step):
-        """One step of the stack, all or nothing.
+        """One step of the stack, all or nothing (:mod:`inference.stack_step`).
 
         The round is checked, the inner step taken and every inference wrapper's update
         prepared (everything that can fail); only then is it committed, by the outermost
-        inference wrapper for the whole chain below it.  If anything fails after the inner
+        inference wrapper for the whole stack below it.  If anything fails after the inner
         step, the prepared updates are dropped and the base environment is returned to its
         state before the step (:meth:`MatrixContextBanditEnv.restore`), as are the wrappers
-        between that counted the step (``self._undo``, from :func:`inference._stack.undo_for`),
-        so every layer is as it was and the step can be retried.  The chain reaches the
-        nearest inference wrapper below through such wrappers, so it commits with this one.
+        between that counted the step (``self._undo``, from
+        :func:`inference.gym_layers.undo_for`), so every layer is as it was and the step can
+        be retried.  The step reaches the nearest inference wrapper below through such
+        wrappers, so it commits with this one.
         """
         self._checked = None
-        actions, props = self._resolve(action)
+        joined = self._joined
+        actions, props = self._resolve(action, None if joined is None else joined.checked)
         x = self._x
         snapshot = self._snapshot(x, actions, props) if self._estimate_ready() else None
-        pending = self._pending  # the chain's prepared updates, from the wrapper above
-        outermost = pending is None
-        if outermost:
-            pending = []
-            base = self.unwrapped
-            checkpoint = base.checkpoint() if hasattr(base, "checkpoint") else None
-            undo = self._undo
-            saved = [u.save() for u in undo] if undo else None
+        step = StackStep(self.unwrapped, self._undo) if joined is None else joined
         inner = self._inner
-        if inner is not None:
-            inner._handoff, inner._pending = self._checked, pending
         try:
-            try:
+            if inner is None:
                 obs, reward, terminated, truncated, info = inner_step(action)
-            finally:
-                if inner is not None:
-                    inner._handoff = inner._pending = None
+            else:
+                step.checked = self._checked
+                inner.join(step)
+                try:
+                    obs, reward, terminated, truncated, info = inner_step(action)
+                finally:
+                    inner.join(None)
             rewards = self._check_reward(reward, self.n_trials)
-            pending.append(self._prepare(snapshot, x, actions, rewards, props, obs))
+            step.add(*self._prepare(snapshot, x, actions, rewards, props, obs))
         except BaseException:
-            if outermost:
-                for _, abort in reversed(pending):
-                    abort()
-                if saved is not None:
-                    for u, state in zip(undo, saved, strict=True):
-                        u.restore(state)
-                if checkpoint is not None:
-                    base.restore(checkpoint)
+            if joined is None:
+                step.undo()
             raise
-        if not outermost:
+        if joined is not None:
             return obs, reward, terminated, truncated, info
         info = dict(info)
-        for commit, _ in pending:
-            commit(info)
+        step.commit(info)
         return obs, reward, terminated, truncated, info
 
     def reset(self, *, seed=None, options=None):
@@ -602,125 +563,3 @@ class InferenceWrapperBase:
                         records.append({"quantity": label, "trial": trial, **row})
             env = getattr(env, "env", None)
         return pd.DataFrame.from_records(records)
-
-    def _state_common(self) -> dict[str, Any]:
-        return {
-            "rounds_seen": self.rounds_seen,
-            "rounds_skipped": self.rounds_skipped,
-            "estimator": self.estimator.state_dict() if self.owns_estimator else None,
-            "buffer": None if self._buffer is None else self._buffer.state_dict(),
-            "obs": None if self._obs is None else np.array(self._obs, copy=True),
-        }
-
-    def _check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """Check a wrapper's :meth:`state_dict` against this wrapper, changing nothing.
-
-        Every part is validated before anything is assigned, as the agents do
-        (:mod:`agents.state`): the round counters are non-negative integers, the core's
-        state passes its ``validate_state_dict``, the own estimator's state and warm-start
-        buffer (rebuilt on a new buffer) pass theirs and agree (during the warm start an
-        uninitialised estimator beside a buffer of ``rounds_seen`` rounds, after it an
-        initialised one that has taken ``rounds_seen - warm_start`` steps), a wrapper that
-        shares its estimator holds neither, and the stored observation is a finite context
-        of this environment's shape.
-
-        Returns
-        -------
-        dict
-            The validated counters, the rebuilt buffer and a copy of the observation.
-
-        Raises
-        ------
-        ValueError
-            Naming the first key of ``state`` that fails a check.
-        """
-        if not isinstance(state, Mapping):
-            raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-        keys = ("rounds_seen", "rounds_skipped", "estimator", "buffer", "obs", "core")
-        missing = [k for k in keys if k not in state]
-        if missing:
-            raise ValueError(f"state is missing keys {missing}")
-        seen = read_int(state["rounds_seen"], "state['rounds_seen']")
-        skipped = read_int(state["rounds_skipped"], "state['rounds_skipped']")
-        if skipped > seen:
-            raise ValueError(
-                f"state['rounds_skipped'] = {skipped} exceeds state['rounds_seen'] = {seen}"
-            )
-        validate = getattr(self.core, "validate_state_dict", None)
-        if validate is None:  # a core that checks only as it loads: load into a copy
-            validate = copy.deepcopy(self.core).load_state_dict
-        self._check_part(validate, state["core"], "core")
-        buffer = None
-        if self.owns_estimator:
-            est = self._check_part(
-                self.estimator.validate_state_dict, state["estimator"], "estimator"
-            )
-            if state["buffer"] is not None:
-                buffer = self._new_buffer()
-                self._check_part(buffer.load_state_dict, state["buffer"], "buffer")
-                if est["initialized"] or buffer.n != seen:
-                    raise ValueError(
-                        f"state['buffer'] holds {buffer.n} warm-start rounds beside "
-                        f"state['rounds_seen'] = {seen} and an estimator with initialized = "
-                        f"{est['initialized']}: during the own warm start the buffer holds "
-                        "every round seen and the estimator is not initialised yet"
-                    )
-            elif not est["initialized"] or est["t"] != seen - self.warm_start_rounds:
-                raise ValueError(
-                    f"state['buffer'] is None, so the own warm start of "
-                    f"{self.warm_start_rounds} rounds is over, but state['estimator'] has "
-                    f"initialized = {est['initialized']} and t = {est['t']} (expected an "
-                    f"initialised estimator with t = rounds_seen - {self.warm_start_rounds} "
-                    f"= {seen - self.warm_start_rounds})"
-                )
-        else:
-            for key in ("estimator", "buffer"):
-                if state[key] is not None:
-                    raise ValueError(
-                        f"state[{key!r}] must be None: this wrapper shares its estimator "
-                        "(the state was saved by a wrapper with its own; restore the shared "
-                        "estimator through its owner)"
-                    )
-        obs = None if state["obs"] is None else self._check_obs(state["obs"])
-        return {"rounds_seen": seen, "rounds_skipped": skipped, "buffer": buffer, "obs": obs}
-
-    @staticmethod
-    def _check_part(validate, part, key: str):
-        """``validate(part)`` for ``state[key]``, its errors naming ``state[key]``."""
-        if not isinstance(part, Mapping):
-            raise ValueError(f"state[{key!r}] must be a dict, got {type(part).__name__}")
-        try:
-            return validate(part)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise ValueError(f"state[{key!r}] is invalid: {exc}") from None
-
-    def _check_obs(self, obs) -> np.ndarray:
-        """A copy of a stored observation, checked as a context of this environment: the
-        shape, finite entries (of magnitude up to MAX_MAGNITUDE), or an index in range."""
-        try:
-            arr = np.array(obs, copy=True)
-            x = self._context(arr)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"state['obs'] is not a context of this environment: {exc}") from None
-        if self._shape.context == "completion" and (
-            isinstance(x, OneHotContexts) or is_index_like(x, self.n_trials)
-        ):
-            check_index(arr, self.d1, self.d2, self.n_trials, name="state['obs']")
-        else:
-            check_magnitude(x, "state['obs']", batched=self.n_trials is not None)
-        return arr
-
-    def _load_common(self, state: Mapping[str, Any]) -> None:
-        """Restore a wrapper's :meth:`state_dict`: :meth:`_check_state` validates every part
-        first, so a state that fails changes nothing; then each part is assigned (the core
-        and the estimator from states already validated, which cannot fail)."""
-        checked = self._check_state(state)
-        self.core.load_state_dict(state["core"])
-        self._restored()
-        self.rounds_seen = checked["rounds_seen"]
-        self.rounds_skipped = checked["rounds_skipped"]
-        if self.owns_estimator:
-            self.estimator.load_state_dict(state["estimator"])
-            self._buffer = checked["buffer"]
-        if checked["obs"] is not None:
-            self._set_obs(checked["obs"])

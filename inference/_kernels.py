@@ -3,7 +3,7 @@
 :func:`round_terms` and :func:`absorb_round` run, one trial at a time, what
 :meth:`inference.linear_form_round.LinearFormRound.absorb_parts` does with stacked numpy calls
 for balanced factors (as :class:`agents.LowRankSGD` stores them): queueing the held
-estimates of the arms that moved (:mod:`inference.held_queue`), then the pulled arm's
+estimates of the arms that moved (:mod:`inference.debiased_sum`), then the pulled arm's
 residual, ``<G_t, X_t>`` from the targets' singular triplets
 (:mod:`inference.tangent_space`), the ``sigma^2`` and ``S^2`` sums and the correction term
 of Algorithm 2, in one loop over trials.  :func:`one_hot_terms` and :func:`one_hot_write` do
@@ -54,7 +54,7 @@ def _hold_trial(b, j, bi, ki, U_new, V_new, held, last_U, last_V, ring_U, ring_V
     """Trial ``b``'s changes ``j, j+1, ...`` (``bi`` sorted by trial).
 
     Queue ``held * U V^T`` of the old factors in ring ``slot`` (as transposed factors, see
-    :meth:`inference.held_queue.DebiasedSum.hold`), store the new ones, reset their count;
+    :meth:`inference.debiased_sum.DebiasedSum.hold`), store the new ones, reset their count;
     then every arm of the trial is held one more round.  Returns the index of the next
     trial's changes and whether a term was queued.
     """
@@ -342,7 +342,7 @@ def one_hot_write(
 
 @njit(cache=True)
 def replace_held(acc, acc_cols, held, last_U, last_V, bi, ki, U_new, V_new, rows, cols):
-    """:meth:`inference.held_queue.DebiasedSum.hold`'s in-place replacement, compiled: for
+    """:meth:`inference.debiased_sum.DebiasedSum.hold`'s in-place replacement, compiled: for
     each change ``n`` (trial ``bi``, arm ``ki``) whose estimate moved only in row
     ``rows[n]`` and column ``cols[n]``, ``held * (M_new − M_old)`` is subtracted on that row
     (from ``acc`` (B, K, d1 d2)) and column (from ``acc_cols`` (B, K, d2 d1), transposed),

@@ -19,7 +19,7 @@ the sums and is assembled from three halves, one module each:
 :mod:`inference.linear_form_round` (one round of Algorithm 2, two-phase),
 :mod:`inference.linear_form_readout` (the point estimates and intervals of Algorithm 3) and
 :mod:`inference.linear_form_state` (saving and restoring the sums).  What keeps a round
-cheap lives below them: :mod:`inference.held_queue` (``Σ_t M̃`` with the held estimates
+cheap lives below them: :mod:`inference.debiased_sum` (``Σ_t M̃`` with the held estimates
 queued and added by one GEMM every few rounds), :mod:`inference.tangent_space`
 (``<M̂, X_t>`` and ``<G_t, X_t>`` from ``r x r`` algebra, never a ``d1 x d2`` projector)
 and :mod:`inference._kernels` (the same round compiled by numba).
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from inference.held_queue import DebiasedSum
+from inference.debiased_sum import DebiasedSum
 from inference.linear_form_readout import LinearFormReadout
 from inference.linear_form_round import (
     Changes,

@@ -11,7 +11,7 @@ or ``d1·d2`` (completion, Appendix C)::
 A round runs in two phases: :meth:`LinearFormRound.propose_parts` computes the pulled arm's
 residual and ``<G_t, X_t>`` and checks that the sums can hold them, writing nothing;
 :meth:`LinearFormRound.commit_round` writes them.  ``Σ_t M̃`` lives in
-:class:`~inference.held_queue.DebiasedSum`; ``<M̂, X_t>`` and ``<G_t, X_t>`` come from
+:class:`~inference.debiased_sum.DebiasedSum`; ``<M̂, X_t>`` and ``<G_t, X_t>`` come from
 ``r x r`` algebra (:mod:`inference.tangent_space`) or from the compiled kernels
 (:mod:`inference._kernels`).
 """
@@ -196,7 +196,7 @@ class LinearFormRound:
             ``support`` (m, 2), optional: ``(j, k)`` where a change is one SGD step on the
             completion context ``e_j e_kᵀ`` (its estimate moved only in row ``j`` and
             column ``k``; :attr:`agents.LowRankSGD.step_support`), ``(-1, -1)`` where not
-            known: ``Σ_t M̂`` then follows it at O((d1 + d2) r) (:mod:`inference.held_queue`).
+            known: ``Σ_t M̂`` then follows it at O((d1 + d2) r) (:mod:`inference.debiased_sum`).
         Ua, Va : ndarray of shape (B, d1, r) and (B, d2, r)
             The pulled arms' factors.
         X : ndarray of shape (B, d1, d2), or OneHotContexts

@@ -1,7 +1,7 @@
 """Saving and restoring a :class:`~inference.linear_form.LinearFormCore`'s running sums.
 
 The state is the configuration, the targets, ``n`` and the arrays of
-:class:`~inference.held_queue.DebiasedSum` with the ``σ̂²`` and ``Ŝ²`` sums and the pull
+:class:`~inference.debiased_sum.DebiasedSum` with the ``σ̂²`` and ``Ŝ²`` sums and the pull
 counts; a restored state is checked in full before anything is replaced.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 
 from agents.state import read_bool
 from inference._persistence import check_config, check_count, copy_arrays
-from inference.held_queue import DebiasedSum
+from inference.debiased_sum import DebiasedSum
 
 __all__ = ["LinearFormPersistence"]
 

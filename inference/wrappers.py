@@ -32,48 +32,33 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.utils import RecordConstructorArgs
-from gymnasium.vector import VectorWrapper
+from gymnasium.vector import VectorEnv, VectorWrapper
 
 from agents.estimator import LowRankSGD
 from inference.shared_estimator import SharedEstimate
 from inference.linear_form import LinearFormInference
 from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
-from inference.wrapper_base import InferenceWrapperBase
+from inference.watcher import InferenceWrapperBase
 
 __all__ = ["ParameterInference", "VectorParameterInference"]
 
 
-class _ParameterInferenceBase(InferenceWrapperBase):
-    """Everything of the parameter wrappers but the Gymnasium wrapper class (``_layer``),
-    constructor included."""
-
+class _ParameterMixin(InferenceWrapperBase):
     info_key = "parameter_inference"
 
-    def __init__(
+    def _init_parameter(
         self,
         env,
         targets,
-        rank: int = 3,
-        *,
-        estimator=None,
-        propensity_fn=None,
-        projection: str = "tangent",
-        point_estimate: str = "one-step",
-        warm_start=None,
-        **sgd_kwargs,
+        rank,
+        estimator,
+        propensity_fn,
+        projection,
+        point_estimate,
+        warm_start,
+        sgd_kwargs,
     ):
-        self._open(
-            env,
-            targets=targets,
-            rank=rank,
-            estimator=estimator,
-            propensity_fn=propensity_fn,
-            projection=projection,
-            point_estimate=point_estimate,
-            warm_start=warm_start,
-            **sgd_kwargs,
-        )
         self._setup(env, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
         self.core = LinearFormInference(
             self.d1,
@@ -199,8 +184,18 @@ class _ParameterInferenceBase(InferenceWrapperBase):
         """This wrapper: ``env.get_wrapper_attr("parameter_inference")`` finds it in a stack."""
         return self
 
+    def state_dict(self) -> dict[str, Any]:
+        """Wrapper, core and (own) estimator state; a resumed run gives identical intervals."""
+        return {**self._state_common(), "core": self.core.state_dict()}
 
-class ParameterInference(_ParameterInferenceBase, gym.Wrapper, RecordConstructorArgs):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`: every part (counters, core, own estimator and
+        warm-start buffer, observation) is validated before any is assigned, so a state
+        that fails raises :class:`ValueError` naming the key and changes nothing."""
+        self._load_common(state)
+
+
+class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
     """Online confidence intervals for ``<M_a, T>`` and arm differences (Algorithms 2-3).
 
     Parameters
@@ -235,10 +230,47 @@ class ParameterInference(_ParameterInferenceBase, gym.Wrapper, RecordConstructor
     """
 
     _vector = False
-    _layer = gym.Wrapper
+
+    def __init__(
+        self,
+        env: gym.Env,
+        targets,
+        rank: int = 3,
+        *,
+        estimator=None,
+        propensity_fn=None,
+        projection: str = "tangent",
+        point_estimate: str = "one-step",
+        warm_start=None,
+        **sgd_kwargs,
+    ):
+        self._check_kind(env)
+        RecordConstructorArgs.__init__(
+            self,
+            targets=targets,
+            rank=rank,
+            estimator=estimator,
+            propensity_fn=propensity_fn,
+            projection=projection,
+            point_estimate=point_estimate,
+            warm_start=warm_start,
+            **sgd_kwargs,
+        )
+        gym.Wrapper.__init__(self, env)
+        self._init_parameter(
+            env,
+            targets,
+            rank,
+            estimator,
+            propensity_fn,
+            projection,
+            point_estimate,
+            warm_start,
+            sgd_kwargs,
+        )
 
 
-class VectorParameterInference(_ParameterInferenceBase, VectorWrapper, RecordConstructorArgs):
+class VectorParameterInference(_ParameterMixin, VectorWrapper, RecordConstructorArgs):
     """Vector twin of :class:`ParameterInference`: B independent sets of intervals.
 
     Results are :class:`~inference.IntervalEstimate` objects whose fields are arrays of
@@ -246,4 +278,41 @@ class VectorParameterInference(_ParameterInferenceBase, VectorWrapper, RecordCon
     """
 
     _vector = True
-    _layer = VectorWrapper
+
+    def __init__(
+        self,
+        env: VectorEnv,
+        targets,
+        rank: int = 3,
+        *,
+        estimator=None,
+        propensity_fn=None,
+        projection: str = "tangent",
+        point_estimate: str = "one-step",
+        warm_start=None,
+        **sgd_kwargs,
+    ):
+        self._check_kind(env)
+        RecordConstructorArgs.__init__(
+            self,
+            targets=targets,
+            rank=rank,
+            estimator=estimator,
+            propensity_fn=propensity_fn,
+            projection=projection,
+            point_estimate=point_estimate,
+            warm_start=warm_start,
+            **sgd_kwargs,
+        )
+        VectorWrapper.__init__(self, env)
+        self._init_parameter(
+            env,
+            targets,
+            rank,
+            estimator,
+            propensity_fn,
+            projection,
+            point_estimate,
+            warm_start,
+            sgd_kwargs,
+        )

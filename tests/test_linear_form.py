@@ -272,7 +272,7 @@ def test_factor_changes_are_queued_per_changed_arm_and_flushed_in_blocks(monkeyp
     """With SGD-like factors only the previous pulled arm is queued (one factor pair per trial
     per round, not K), and the queue reaches the d1 x d2 accumulators in one GEMM every
     RING rounds instead of a product per round."""
-    from inference.held_queue import RING, DebiasedSum
+    from inference.debiased_sum import RING, DebiasedSum
 
     rng = np.random.default_rng(5)
     B, K, d1, d2, r, n = 3, 4, 6, 5, 2, 40

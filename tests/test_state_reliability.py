@@ -438,7 +438,7 @@ def test_the_feed_refuses_an_overflowing_round_before_writing_on_either_engine(n
     # An estimate of 1e60 and a context of 1e100 (gaussian), or an estimate entry of 1e155
     # at the revealed entry (completion), are each admissible; the prediction's square is
     # not.  Before the fix the round entered the sums and every interval was NaN after it.
-    from inference.estimator_feed import EstimatorFeed
+    from inference.shared_estimator import SharedEstimate
     from lrbandit_gym import engine
 
     if name == "numba" and not engine.numba_available():
@@ -457,7 +457,7 @@ def test_the_feed_refuses_an_overflowing_round_before_writing_on_either_engine(n
         est = LowRankSGD(D1, D2, RANK, K, n_trials=B, context=context)
         est.initialize(M)
         core = LinearFormInference(D1, D2, RANK, K, _target(), n_trials=B, context=context)
-        feed = EstimatorFeed(est, core)
+        feed = SharedEstimate(est, core)
 
         def absorb(X, rewards):
             Xb, fp = est.check_context(X)

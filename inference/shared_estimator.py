@@ -1,11 +1,12 @@
-"""Feeding a :class:`~inference.LinearFormInference` core from a :class:`~agents.LowRankSGD`
-that something else updates (an agent, or the wrapper's own warm-started estimator).
+"""Handing a shared :class:`~agents.LowRankSGD`'s before-step estimate to a
+:class:`~inference.LinearFormInference` core (the estimator is updated by something else:
+an agent, or the wrapper's own warm-started estimator).
 
 Algorithm 2 needs, each round, the estimate *before* that round's step: the pulled arm's
 factors and their products with the context, and every arm whose factors moved since the
-core last saw them.  :class:`EstimatorFeed` takes those from the estimator's public per-round
-API before the step (:meth:`EstimatorFeed.snapshot`) and hands them to the core after it
-(:meth:`EstimatorFeed.absorb`), copying only the arms that changed.  The inference wrappers
+core last saw them.  :class:`SharedEstimate` takes those from the estimator's public per-round
+API before the step (:meth:`SharedEstimate.snapshot`) and hands them to the core after it
+(:meth:`SharedEstimate.absorb`), copying only the arms that changed.  The inference wrappers
 and the benchmarks use it; nothing else needs to know how the parts are gathered.
 """
 
@@ -18,10 +19,10 @@ import numpy as np
 from agents.estimator import LowRankSGD
 from inference.linear_form import LinearFormInference, RoundTerms
 
-__all__ = ["EstimatorFeed", "RoundSnapshot"]
+__all__ = ["EstimateSnapshot", "SharedEstimate"]
 
 
-class RoundSnapshot(NamedTuple):
+class EstimateSnapshot(NamedTuple):
     """What the core reads of one round's estimate, taken before the estimator's step."""
 
     changes: tuple[np.ndarray, ...]
@@ -40,8 +41,9 @@ class RoundSnapshot(NamedTuple):
     """The estimator's per-arm versions when the snapshot was taken."""
 
 
-class EstimatorFeed:
-    """Snapshots of a :class:`LowRankSGD`'s estimate for one :class:`LinearFormInference`.
+class SharedEstimate:
+    """A :class:`LowRankSGD`'s estimate as one :class:`LinearFormInference` core reads it:
+    snapshots taken before the estimator's step, handed to the core after it.
 
     Parameters
     ----------
@@ -53,7 +55,7 @@ class EstimatorFeed:
     Notes
     -----
     Which arms moved comes from the estimator's per-arm versions.  Whenever the core may
-    hold other factors than the ones this feed last gave it (its first round, a restored
+    hold other factors than the ones this object last handed it (its first round, a restored
     state, rounds fed to it directly), the arms are found by comparing factors instead,
     which is exact and costs one pass over them.
     """
@@ -69,7 +71,7 @@ class EstimatorFeed:
 
     def snapshot(
         self, Xb: np.ndarray, actions: np.ndarray, fingerprint: np.ndarray | None = None
-    ) -> RoundSnapshot:
+    ) -> EstimateSnapshot:
         """The parts of the current estimate the core needs for context ``Xb`` (B, d1, d2)
         (or :class:`~lrbandit_gym.onehot.OneHotContexts`) and pulled ``actions`` (B,), both
         validated; call it before the estimator's step."""
@@ -94,11 +96,11 @@ class EstimatorFeed:
         changes = (trials, arms, U_moved, V_moved)
         if support is not None:
             changes += (support,)
-        return RoundSnapshot(changes, U, V, (pulled.XV, pulled.XtU, pulled.sv), versions)
+        return EstimateSnapshot(changes, U, V, (pulled.XV, pulled.XtU, pulled.sv), versions)
 
     def absorb(
         self,
-        snapshot: RoundSnapshot,
+        snapshot: EstimateSnapshot,
         Xb: np.ndarray,
         actions: np.ndarray,
         rewards: np.ndarray,
@@ -110,7 +112,7 @@ class EstimatorFeed:
 
     def propose(
         self,
-        snapshot: RoundSnapshot,
+        snapshot: EstimateSnapshot,
         Xb: np.ndarray,
         actions: np.ndarray,
         rewards: np.ndarray,
@@ -136,7 +138,7 @@ class EstimatorFeed:
             snapshot.products,
         )
 
-    def commit(self, terms: RoundTerms, snapshot: RoundSnapshot) -> None:
+    def commit(self, terms: RoundTerms, snapshot: EstimateSnapshot) -> None:
         """Write a round from :meth:`propose` into the core (nothing here fails on data)."""
         self.core.commit_round(terms)
         self._seen = (self.core.position, snapshot.versions)

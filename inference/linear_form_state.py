@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.state import read_bool
-from inference._persistence import check_config, check_count, copy_arrays
+from agents.state import check_config, check_count, copy_arrays, read_bool
 from inference.debiased_sum import DebiasedSum
 
 __all__ = ["LinearFormPersistence"]

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.state import check_count, generator_state, generator_state_from
 from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.validation import check_positive_int
 
@@ -153,14 +154,12 @@ class PlayedRules:
             "min_propensity": self.min_propensity.copy(),
             "contexts": self._contexts.copy(),
             "arms": self._arms.copy(),
-            "rng": self._rng.bit_generator.state,
+            **generator_state(self._rng),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict` (validated first; a failure changes nothing)."""
-        seen = state["seen"]
-        if isinstance(seen, bool) or not isinstance(seen, int | np.integer) or seen < 0:
-            raise ValueError(f"state['seen'] must be a non-negative integer, got {seen!r}")
+        seen = check_count(state["seen"], "seen")
         contexts, arms = np.asarray(state["contexts"]), np.asarray(state["arms"])
         if contexts.shape != self._contexts.shape or contexts.dtype != self._contexts.dtype:
             raise ValueError(
@@ -177,9 +176,9 @@ class PlayedRules:
                 f"state['min_propensity'] must hold {self.min_propensity.shape} values in [0, 1]"
             )
         rng = np.random.default_rng()
-        rng.bit_generator.state = state["rng"]
+        rng.bit_generator.state = generator_state_from(state)
         self.min_propensity = low.copy()
-        self.seen = int(seen)
+        self.seen = seen
         self._contexts, self._arms, self._rng = contexts.copy(), arms.astype(np.int64), rng
 
 
@@ -262,7 +261,7 @@ class RegretCorrection:
 
         self.d1, self.d2, self.K = wrapper.d1, wrapper.d2, wrapper.n_actions
         self.n_trials = wrapper.n_trials
-        completion = wrapper._shape.context == "completion"
+        completion = wrapper.context == "completion"
         if size is None:
             size = default_reservoir_size(self.d1, self.d2, self.n_trials, completion)
         self.rules = PlayedRules(self.d1, self.d2, self.n_trials, size, completion=completion)
@@ -287,7 +286,7 @@ class RegretCorrection:
                 wrapper.rank,
                 self.K,
                 {"e11": unit},
-                context=wrapper._shape.context,
+                context=wrapper.context,
                 n_trials=self.n_trials,
             )
             self._feed = SharedEstimate(wrapper.estimator, self.own)

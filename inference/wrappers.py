@@ -32,33 +32,48 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.utils import RecordConstructorArgs
-from gymnasium.vector import VectorEnv, VectorWrapper
+from gymnasium.vector import VectorWrapper
 
 from agents.estimator import LowRankSGD
 from inference.shared_estimator import SharedEstimate
 from inference.linear_form import LinearFormInference
 from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
-from inference.watcher import InferenceWrapperBase
+from inference.wrapper_base import InferenceWrapperBase
 
 __all__ = ["ParameterInference", "VectorParameterInference"]
 
 
-class _ParameterMixin(InferenceWrapperBase):
+class _ParameterInferenceBase(InferenceWrapperBase):
+    """Everything of the parameter wrappers but the Gymnasium wrapper class (``_layer``),
+    constructor included."""
+
     info_key = "parameter_inference"
 
-    def _init_parameter(
+    def __init__(
         self,
         env,
         targets,
-        rank,
-        estimator,
-        propensity_fn,
-        projection,
-        point_estimate,
-        warm_start,
-        sgd_kwargs,
+        rank: int = 3,
+        *,
+        estimator=None,
+        propensity_fn=None,
+        projection: str = "tangent",
+        point_estimate: str = "one-step",
+        warm_start=None,
+        **sgd_kwargs,
     ):
+        self._open(
+            env,
+            targets=targets,
+            rank=rank,
+            estimator=estimator,
+            propensity_fn=propensity_fn,
+            projection=projection,
+            point_estimate=point_estimate,
+            warm_start=warm_start,
+            **sgd_kwargs,
+        )
         self._setup(env, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
         self.core = LinearFormInference(
             self.d1,
@@ -184,18 +199,8 @@ class _ParameterMixin(InferenceWrapperBase):
         """This wrapper: ``env.get_wrapper_attr("parameter_inference")`` finds it in a stack."""
         return self
 
-    def state_dict(self) -> dict[str, Any]:
-        """Wrapper, core and (own) estimator state; a resumed run gives identical intervals."""
-        return {**self._state_common(), "core": self.core.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`: every part (counters, core, own estimator and
-        warm-start buffer, observation) is validated before any is assigned, so a state
-        that fails raises :class:`ValueError` naming the key and changes nothing."""
-        self._load_common(state)
-
-
-class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
+class ParameterInference(_ParameterInferenceBase, gym.Wrapper, RecordConstructorArgs):
     """Online confidence intervals for ``<M_a, T>`` and arm differences (Algorithms 2-3).
 
     Parameters
@@ -230,47 +235,10 @@ class ParameterInference(_ParameterMixin, gym.Wrapper, RecordConstructorArgs):
     """
 
     _vector = False
-
-    def __init__(
-        self,
-        env: gym.Env,
-        targets,
-        rank: int = 3,
-        *,
-        estimator=None,
-        propensity_fn=None,
-        projection: str = "tangent",
-        point_estimate: str = "one-step",
-        warm_start=None,
-        **sgd_kwargs,
-    ):
-        self._check_kind(env)
-        RecordConstructorArgs.__init__(
-            self,
-            targets=targets,
-            rank=rank,
-            estimator=estimator,
-            propensity_fn=propensity_fn,
-            projection=projection,
-            point_estimate=point_estimate,
-            warm_start=warm_start,
-            **sgd_kwargs,
-        )
-        gym.Wrapper.__init__(self, env)
-        self._init_parameter(
-            env,
-            targets,
-            rank,
-            estimator,
-            propensity_fn,
-            projection,
-            point_estimate,
-            warm_start,
-            sgd_kwargs,
-        )
+    _layer = gym.Wrapper
 
 
-class VectorParameterInference(_ParameterMixin, VectorWrapper, RecordConstructorArgs):
+class VectorParameterInference(_ParameterInferenceBase, VectorWrapper, RecordConstructorArgs):
     """Vector twin of :class:`ParameterInference`: B independent sets of intervals.
 
     Results are :class:`~inference.IntervalEstimate` objects whose fields are arrays of
@@ -278,41 +246,4 @@ class VectorParameterInference(_ParameterMixin, VectorWrapper, RecordConstructor
     """
 
     _vector = True
-
-    def __init__(
-        self,
-        env: VectorEnv,
-        targets,
-        rank: int = 3,
-        *,
-        estimator=None,
-        propensity_fn=None,
-        projection: str = "tangent",
-        point_estimate: str = "one-step",
-        warm_start=None,
-        **sgd_kwargs,
-    ):
-        self._check_kind(env)
-        RecordConstructorArgs.__init__(
-            self,
-            targets=targets,
-            rank=rank,
-            estimator=estimator,
-            propensity_fn=propensity_fn,
-            projection=projection,
-            point_estimate=point_estimate,
-            warm_start=warm_start,
-            **sgd_kwargs,
-        )
-        VectorWrapper.__init__(self, env)
-        self._init_parameter(
-            env,
-            targets,
-            rank,
-            estimator,
-            propensity_fn,
-            projection,
-            point_estimate,
-            warm_start,
-            sgd_kwargs,
-        )
+    _layer = VectorWrapper

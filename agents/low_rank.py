@@ -13,7 +13,6 @@ warning), and a fit that fails numerically leaves the policy as it was before th
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -21,21 +20,8 @@ import numpy as np
 from agents.base import PolicyBase, sample_actions
 from agents.estimator import LowRankSGD
 from agents.state import read_int, sub_state
-from agents.streaming_warm_start import (
-    WARM_START_FITS,
-    StreamingWarmStart,
-    choose_warm_start_fit,
-    default_streaming_rounds,
-    streaming_warm_start_bytes,
-)
-from agents.warm_start import (
-    CompletionWarmStartBuffer,
-    WarmStartBuffer,
-    completion_buffer_bytes,
-    default_warm_start_rounds,
-    warm_start_buffer_bytes,
-)
-from agents.warm_start_check import check_buffer
+from agents.warm_start.phase import DEFAULT_MAX_MEMORY_BYTES, WarmStart
+from agents.warm_start.streaming import WARM_START_FITS
 from lrbandit_gym.decision import Decision
 from lrbandit_gym.validation import check_choice, check_positive_int, check_propensities
 
@@ -72,15 +58,15 @@ class LowRankPolicy(PolicyBase):
         How ``M_init`` is fitted from the warm start (Gaussian contexts): "buffer" stores
         every round and fits eq. (10) on them (:class:`~agents.warm_start.WarmStartBuffer`),
         "streaming" sees each round once with memory independent of the length
-        (:class:`~agents.streaming_warm_start.StreamingWarmStart`).  Default: the buffer
+        (:class:`~agents.warm_start.streaming.StreamingWarmStart`).  Default: the buffer
         when it fits in ``max_memory_bytes``, else streaming
-        (:func:`~agents.streaming_warm_start.choose_warm_start_fit`).  Without
+        (:func:`~agents.warm_start.streaming.choose_warm_start_fit`).  Without
         ``warm_start=`` the streaming fit plays
-        :func:`~agents.streaming_warm_start.default_streaming_rounds` rounds (10 per degree
+        :func:`~agents.warm_start.streaming.default_streaming_rounds` rounds (10 per degree
         of freedom instead of 3.5: one pass needs more).
     max_memory_bytes : int, default 2**31
         Refuse to build when the warm start's memory
-        (:func:`~agents.streaming_warm_start.streaming_warm_start_bytes` for the streaming
+        (:func:`~agents.warm_start.streaming.streaming_warm_start_bytes` for the streaming
         fit, independent of its length) or the warm-start buffer
         (:func:`agents.warm_start.warm_start_buffer_bytes`: the contexts of every warm-start
         round of every trial, in float32; for completion contexts
@@ -94,14 +80,14 @@ class LowRankPolicy(PolicyBase):
     ----------
     check_warm_start : bool, default False
         Set it to True before the warm start ends to run the held-out check of
-        :mod:`agents.warm_start_check` on the warm-start rounds (about one more fit): a
-        :class:`~agents.warm_start_check.WarmStartWarning` when ``M_init`` is too far from
+        :mod:`agents.warm_start.check` on the warm-start rounds (about one more fit): a
+        :class:`~agents.warm_start.check.WarmStartWarning` when ``M_init`` is too far from
         the truth for the theory, and the result in ``warm_start_check``.
     """
 
     #: Run the held-out check of the warm start (see the class docstring).
     check_warm_start: bool = False
-    #: Its :class:`~agents.warm_start_check.WarmStartCheck`, once it has run.
+    #: Its :class:`~agents.warm_start.check.WarmStartCheck`, once it has run.
     warm_start_check = None
 
     def __init__(
@@ -114,7 +100,7 @@ class LowRankPolicy(PolicyBase):
         step_scale: float | None = None,
         step_offset: float = 300,
         step_decay: float = 0.99,
-        max_memory_bytes: int = 2**31,
+        max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
         step_gain: float | None = None,
         warm_start_fit: str | None = None,
         seed=None,
@@ -142,103 +128,30 @@ class LowRankPolicy(PolicyBase):
         self.rank = self.estimator.rank
         self.max_memory_bytes = check_positive_int(max_memory_bytes, "max_memory_bytes")
         self.warm_start_rounds = 0
-        self._buffer = None
         self.warm_start_fit = None
+        #: The warm-start phase (:class:`~agents.warm_start.WarmStart`); None with M_init.
+        self._warm_start = None
         if warm_start_fit is not None:
             check_choice(warm_start_fit, "warm_start_fit", WARM_START_FITS)
         if M_init is not None:
             self.estimator.initialize(M_init)
             return
-        if warm_start is None:
-            rounds = default_warm_start_rounds(
-                self.d1, self.d2, self.rank, self.n_actions, self.context
-            )
-        elif isinstance(warm_start, bool) or int(warm_start) != warm_start or warm_start < 1:
-            raise ValueError(
-                f"warm_start must be a positive number of rounds, or None for the rule of "
-                f"agents.warm_start.default_warm_start_rounds (or pass M_init); got "
-                f"{warm_start!r}"
-            )
-        else:
-            rounds = int(warm_start)
-        self.warm_start_fit = choose_warm_start_fit(
-            warm_start_fit,
+        self._warm_start = WarmStart(
+            self.d1,
+            self.d2,
+            self.n_actions,
+            self.rank,
             context=self.context,
-            d1=self.d1,
-            d2=self.d2,
-            rounds=rounds,
             n_trials=self.n_trials,
+            rounds=warm_start,
+            method=warm_start_fit,
             max_memory_bytes=self.max_memory_bytes,
+            ways_out="pass a shorter warm start (warm_start=), an initial estimate (M_init=), "
+            "fewer trials per policy, or a larger max_memory_bytes=",
+            stacklevel=4,  # the caller of the subclass's constructor
         )
-        if self.warm_start_fit == "streaming" and warm_start_fit is None:
-            # chosen for memory, not by the caller: say so, the fit is the less accurate one
-            buffered = warm_start_buffer_bytes(self.d1, self.d2, rounds, self.n_trials)
-            warnings.warn(
-                f"warm start: the buffered fit of {rounds} rounds would need {buffered} bytes "
-                f"({buffered / 2**20:.0f} MiB), above max_memory_bytes = "
-                f"{self.max_memory_bytes}; using the streaming fit, whose memory does not "
-                "grow with the warm start but whose estimate is less accurate from the same "
-                "rounds (docs/performance.md, 'Streaming warm start'). For the buffered fit "
-                "pass a larger max_memory_bytes= or fewer trials per policy; pass "
-                "warm_start_fit='streaming' to choose it and silence this warning",
-                UserWarning,
-                stacklevel=3,
-            )
-        if self.warm_start_fit == "streaming" and warm_start is None:
-            # one pass needs more rounds than the buffered fit's default
-            rounds = default_streaming_rounds(self.d1, self.d2, self.rank, self.n_actions)
-        if self.warm_start_fit == "streaming":  # independent of the length
-            need = streaming_warm_start_bytes(
-                self.d1, self.d2, self.n_actions, self.rank, self.n_trials
-            )
-            if need > self.max_memory_bytes:
-                raise ValueError(
-                    f"the streaming warm start needs {need} bytes ({need / 2**20:.0f} MiB: "
-                    f"sums of {self.d1}x{self.d2} matrices per arm and trial), above "
-                    f"max_memory_bytes = {self.max_memory_bytes}; pass an initial estimate "
-                    "(M_init=), fewer trials per policy, or a larger max_memory_bytes="
-                )
-        elif self.context == "completion":  # indices and values: 32 bytes a round
-            need = completion_buffer_bytes(rounds, self.n_trials)
-        else:
-            need = warm_start_buffer_bytes(self.d1, self.d2, rounds, self.n_trials)
-        if need > self.max_memory_bytes:
-            b = 1 if self.n_trials is None else self.n_trials
-            per_round = (
-                "32-byte index rounds"
-                if self.context == "completion"
-                else f"{self.d1}x{self.d2} float32 contexts"
-            )
-            raise ValueError(
-                f"the warm start of {rounds} rounds needs a buffer of {need} bytes "
-                f"({need / 2**20:.0f} MiB: {b} trial(s) x {rounds} rounds x {per_round}), "
-                f"above max_memory_bytes = {self.max_memory_bytes}; pass "
-                "a shorter warm start (warm_start=), an initial estimate (M_init=), fewer "
-                "trials per policy, or a larger max_memory_bytes="
-            )
-        self.warm_start_rounds = rounds
-        self._buffer = self._new_buffer()
-
-    def _new_buffer(self) -> WarmStartBuffer | CompletionWarmStartBuffer | StreamingWarmStart:
-        """An empty warm-start buffer of ``warm_start_rounds`` rounds: the contexts' indices
-        for completion contexts (memory independent of ``d1 x d2``), else the matrices, or
-        the streaming fit's sums (memory independent of the length)."""
-        if self.warm_start_fit == "streaming":
-            return StreamingWarmStart(
-                self.d1,
-                self.d2,
-                self.n_actions,
-                self.warm_start_rounds,
-                self.rank,
-                n_trials=self.n_trials,
-            )
-        if self.context == "completion":
-            return CompletionWarmStartBuffer(
-                self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials
-            )
-        return WarmStartBuffer(
-            self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials
-        )
+        self.warm_start_fit = self._warm_start.method
+        self.warm_start_rounds = self._warm_start.rounds
 
     def _batch(self, obs) -> np.ndarray:
         """Validate an observation through the estimator: ``(B, d1, d2)`` (completion
@@ -298,36 +211,28 @@ class LowRankPolicy(PolicyBase):
     def _absorb_warm_start_round(self, x, actions, rewards) -> None:
         """Store a warm-start round; the last one fits ``M_init`` and initialises the SGD.
 
-        If that fit fails, the round is taken back out of the buffer and the error raised:
-        the policy is as it was before the round.
+        If that fit fails, the round is taken back out of the warm start and the error
+        raised: the policy is as it was before the round.
         """
-        buf = self._buffer
+        warm = self._warm_start
         # x, actions and rewards were validated by update(); weights are 1 (uniform).
-        buf.add_validated(x, actions, rewards, 1.0)
-        if not buf.full:
+        warm.add(x, actions, rewards, 1.0)
+        if not warm.full:
             return
+        # opt-in: the held-out check costs about one more fit (agents.warm_start.check)
+        M_init, check = warm.finish(
+            check=self.check_warm_start,
+            who=f"{type(self).__name__}'s warm start",
+            stacklevel=4,  # the caller of update()
+        )
         try:
-            M_init = buf.initial_estimate(rank=self.rank, context=self.context)
-            # opt-in: about one more fit (agents.warm_start_check), on stored rounds only
-            if self.check_warm_start and not isinstance(buf, StreamingWarmStart):
-                self.warm_start_check = check_buffer(
-                    buf,
-                    rank=self.rank,
-                    context=self.context,
-                    who=f"{type(self).__name__}'s warm start",
-                    stacklevel=4,  # the caller of update()
-                )
             self.estimator.initialize(M_init)
-        except BaseException as exc:
-            buf.discard_last()
-            if isinstance(exc, FloatingPointError):
-                raise FloatingPointError(
-                    f"{exc}.  The round that completed the warm start was not absorbed (the "
-                    f"buffer keeps its {buf.n} earlier rounds)"
-                ) from exc
+        except BaseException:
+            warm.discard_last()
             raise
-        buf.release()  # the bounded buffer is only needed once
-        self._buffer = None
+        if check is not None:
+            self.warm_start_check = check
+        warm.release()  # the rounds are only needed once
 
     def state_dict(self) -> dict[str, Any]:
         """The flat state (:mod:`agents.state`): ``t``, the generator, ``warm_start_rounds``,
@@ -336,8 +241,9 @@ class LowRankPolicy(PolicyBase):
         state = super().state_dict()
         state["warm_start_rounds"] = int(self.warm_start_rounds)
         state.update({f"estimator.{k}": v for k, v in self.estimator.state_dict().items()})
-        if self._buffer is not None:
-            state.update({f"buffer.{k}": v for k, v in self._buffer.state_dict().items()})
+        buffer = None if self._warm_start is None else self._warm_start.state_dict()
+        if buffer is not None:
+            state.update({f"buffer.{k}": v for k, v in buffer.items()})
         return state
 
     def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -375,8 +281,7 @@ class LowRankPolicy(PolicyBase):
                     "state holds a warm-start buffer but this policy has no warm start "
                     "(it was built with M_init)"
                 )
-            buffer = self._new_buffer()
-            buffer.load_state_dict(buf_state)
+            buffer = self._warm_start.restored_store(buf_state)
             if est["initialized"] or buffer.n != t:
                 raise ValueError(
                     f"inconsistent state: in the warm start the buffer must hold t = {t} "
@@ -397,9 +302,8 @@ class LowRankPolicy(PolicyBase):
     def _apply_state(self, checked: dict[str, Any]) -> None:
         super()._apply_state(checked)
         self.estimator.load_state_dict(checked["estimator"])  # validated: cannot fail
-        if self._buffer is not None and self._buffer is not checked["buffer"]:
-            self._buffer.release()
-        self._buffer = checked["buffer"]
+        if self._warm_start is not None:
+            self._warm_start.adopt(checked["buffer"])
 
 
 def _greedy_mask(preds: np.ndarray) -> np.ndarray:
@@ -442,7 +346,7 @@ class EpsilonGreedy(LowRankPolicy):
         step_scale: float | None = None,
         step_offset: float = 300,
         step_decay: float = 0.99,
-        max_memory_bytes: int = 2**31,
+        max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
         step_gain: float | None = None,
         warm_start_fit: str | None = None,
         seed=None,
@@ -544,7 +448,7 @@ class Softmax(LowRankPolicy):
         step_scale: float | None = None,
         step_offset: float = 300,
         step_decay: float = 0.99,
-        max_memory_bytes: int = 2**31,
+        max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
         step_gain: float | None = None,
         warm_start_fit: str | None = None,
         seed=None,

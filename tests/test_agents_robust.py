@@ -218,7 +218,7 @@ def test_a_failing_fit_changes_nothing_and_the_next_round_completes_it():
 
 
 def test_a_fit_failing_for_any_other_reason_changes_nothing(monkeypatch):
-    import agents.warm_start as ws
+    import agents.warm_start.fit as ws
 
     env = small_env()
     ag = EpsilonGreedy(env, rank=2, warm_start=20, seed=0)
@@ -297,7 +297,7 @@ def test_warm_start_buffer_over_the_memory_limit_is_refused_at_construction():
             small_env(), rank=2, warm_start=100, max_memory_bytes=10_000, warm_start_fit="buffer"
         )
     # by default (Gaussian contexts) a buffer that does not fit gives way to the streaming
-    # fit, whose memory does not grow with the length (agents.streaming_warm_start)
+    # fit, whose memory does not grow with the length (agents.warm_start.streaming)
     # (never silently: the fit is the less accurate one)
     with pytest.warns(UserWarning, match="using the streaming fit"):
         agent = Softmax(small_env(), rank=2, warm_start=100, max_memory_bytes=10_000)

@@ -21,7 +21,7 @@ from inference import (
 from lrbandit_gym import Decision, MatrixContextBanditEnv
 
 pytestmark = [  # the short warm starts these tests use
-    pytest.mark.filterwarnings("ignore::agents.warm_start_check.WarmStartWarning"),
+    pytest.mark.filterwarnings("ignore::agents.warm_start.check.WarmStartWarning"),
     pytest.mark.filterwarnings("ignore:warm start. too few rounds"),
 ]
 

@@ -530,8 +530,8 @@ def test_a_wrapper_whose_core_has_no_validate_state_dict_still_restores():
 @pytest.mark.parametrize("entry", [1e200, -1e160])
 def test_a_warm_start_refuses_a_context_whose_square_overflows(kind, entry):
     # Stored (or summed into the moments), a 1e200 context made every later fit fail.
-    from agents.streaming_warm_start import StreamingWarmStart
-    from agents.warm_start_buffer import WarmStartBuffer
+    from agents.warm_start.dense import WarmStartBuffer
+    from agents.warm_start.streaming import StreamingWarmStart
 
     rng = np.random.default_rng(0)
     if kind == "streaming":

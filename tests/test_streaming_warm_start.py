@@ -1,4 +1,4 @@
-"""Tests of the streaming warm start (agents.streaming_warm_start) and of the policies'
+"""Tests of the streaming warm start (agents.warm_start.streaming) and of the policies'
 choice between it and the buffered fit."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from agents import EpsilonGreedy
-from agents.streaming_warm_start import (
+from agents.warm_start.streaming import (
     StreamingWarmStart,
     choose_warm_start_fit,
     streaming_warm_start_bytes,

@@ -1,5 +1,5 @@
 """Tests of the nuclear-norm warm start of eq. (10): agents.warm_start and the modules beside
-it (agents.nuclear_norm, agents.factored_fit, agents.warm_start_buffer, agents.buffer_pool)."""
+it (agents.warm_start.proximal, agents.warm_start.factored, agents.warm_start.dense, agents.warm_start.memory_pool)."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def test_empty_arm_warns_and_returns_zero():
 def test_one_entry_point_returns_the_array_or_the_full_result():
     """full_output=True gives the proximal solver's NuclearNormFit, whose estimate is the
     array the same call returns without it; the factored solver has no diagnostics."""
-    from agents.nuclear_norm import NuclearNormFit
+    from agents.warm_start.proximal import NuclearNormFit
 
     truth, X, a, y = _problem(12, 300, 7, 6, 1)
     fit = nuclear_norm_fit(X, a, y, 2, rank=1, full_output=True)
@@ -282,10 +282,10 @@ def test_buffer_batched_and_validation():
 def test_released_storage_is_reused_only_when_asked():
     """reuse_buffer_memory(True) hands a released buffer's storage to the next buffer of the
     same shape (the study workers' setting); by default release frees it."""
-    from agents import buffer_pool
+    from agents.warm_start import memory_pool
     from agents.warm_start import reuse_buffer_memory
 
-    assert reuse_buffer_memory is buffer_pool.reuse_buffer_memory
+    assert reuse_buffer_memory is memory_pool.reuse_buffer_memory
 
     assert reuse_buffer_memory(False) is False  # the default is off
     first = WarmStartBuffer(4, 3, 2, length=5, n_trials=2)

@@ -1,4 +1,4 @@
-"""The held-out check of the warm start (agents.warm_start_check) and its hooks: silent in
+"""The held-out check of the warm start (agents.warm_start.check) and its hooks: silent in
 the paper's setting, a WarmStartWarning naming warm_start when M_init is too far."""
 
 import warnings
@@ -9,7 +9,7 @@ import pytest
 
 import lrbandit_gym  # noqa: F401
 from agents import EpsilonGreedy
-from agents.warm_start_check import (
+from agents.warm_start.check import (
     MAX_RATIO,
     WarmStartWarning,
     check_warm_start,

@@ -31,7 +31,7 @@ the side of warning.
 An arm of a trial is *flagged* when its ratio exceeds :data:`MAX_RATIO` = 1
 (``‖M̂ − M‖_F > σ`` for Gaussian contexts) by more than three standard errors of the
 held-out mean, or when it has too few fitted rounds to measure anything (at most
-:func:`~agents.warm_start_rules.min_warm_start_pulls`).  The check *warns* about an arm that
+:func:`~agents.warm_start.rules.min_warm_start_pulls`).  The check *warns* about an arm that
 is flagged, for a single trial; for a batch of trials (which share one configuration), about
 an arm whose mean ratio over the trials exceeds :data:`MAX_RATIO` by more than three of its
 standard errors (from the spread over the trials) or that has too few rounds in some trial,
@@ -42,7 +42,7 @@ setting, rank 7, completion contexts) are in docs/reproduction.md, "Validity out
 paper".
 
 The inference wrappers run the check when their own estimator finishes its warm start
-(:mod:`inference.watcher`), and a low-rank policy does when its ``check_warm_start``
+(:mod:`inference.wrapper_base`), and a low-rank policy does when its ``check_warm_start``
 attribute is True (off by default: it costs about one more fit); both keep the result as
 ``warm_start_check``.  :func:`warn_if_far` issues the :class:`WarmStartWarning`.
 """
@@ -56,9 +56,9 @@ from typing import Any
 
 import numpy as np
 
-from agents.warm_start import nuclear_norm_fit
-from agents.warm_start_inputs import name_list, validate_inputs
-from agents.warm_start_rules import default_warm_start_rounds, min_warm_start_pulls
+from agents.warm_start.fit import nuclear_norm_fit
+from agents.warm_start.inputs import name_list, validate_inputs
+from agents.warm_start.rules import default_warm_start_rounds, min_warm_start_pulls
 from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.validation import check_positive_int
 

@@ -3,7 +3,7 @@
 The warm start fits ``M_init`` once, from the first ``length`` rounds; a
 :class:`WarmStartBuffer` holds exactly those rounds in memory allocated once, hands them to
 :func:`agents.warm_start.nuclear_norm_fit`, and gives its storage up afterwards
-(to :mod:`agents.buffer_pool` when that pool is on).
+(to :mod:`agents.warm_start.memory_pool` when that pool is on).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from agents.buffer_pool import give_spare, take_spare
-from agents.round_store import RoundStore
 from agents.state import read_str
+from agents.warm_start.memory_pool import give_spare, take_spare
+from agents.warm_start.store import RoundStore
 from lrbandit_gym.validation import (
     check_actions,
     check_context,
@@ -88,7 +88,7 @@ class WarmStartBuffer(RoundStore):
             raise ValueError(f"dtype must be float32 or float64, got {dt}")
         shape = (B, self.d1, self.length, self.d2)
         # Stored as (B, d1, length, d2): each trial's rounds of one arm are then one block
-        # for the factored fit's GEMMs (agents.factored_fit); data() returns the
+        # for the factored fit's GEMMs (agents.warm_start.factored); data() returns the
         # (B, n, d1, d2) view.
         self._X = take_spare(shape, dt)
         self._actions = np.zeros((B, self.length), dtype=np.int64)
@@ -169,9 +169,9 @@ class WarmStartBuffer(RoundStore):
         """Give the storage up (the buffer is empty and full afterwards: ``length`` 0 is
         not allowed, so further :meth:`add` calls raise).
 
-        With :func:`~agents.buffer_pool.reuse_buffer_memory` on, the storage is kept for the
-        next buffer of the same shape; otherwise it is freed as soon as no view of it is
-        alive.
+        With :func:`~agents.warm_start.memory_pool.reuse_buffer_memory` on, the storage is
+        kept for the next buffer of the same shape; otherwise it is freed as soon as no view
+        of it is alive.
         """
         give_spare(self._X)
         self._X = self._X[:, :, :0]

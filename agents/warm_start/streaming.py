@@ -1,6 +1,6 @@
 """A warm start for Gaussian contexts whose memory does not grow with its length.
 
-:class:`~agents.warm_start_buffer.WarmStartBuffer` keeps every warm-start context and fits
+:class:`~agents.warm_start.dense.WarmStartBuffer` keeps every warm-start context and fits
 eq. (10) on all of them (several passes over the data): ``length · d1 · d2`` floats per
 trial, 20 GB for 20,000 rounds at ``d = 500``.  :class:`StreamingWarmStart` sees every round
 once and keeps ``O(K d1 d2)`` numbers per trial whatever the length (docs/method.md §3,
@@ -11,8 +11,8 @@ once and keeps ``O(K d1 d2)`` numbers per trial whatever the length (docs/method
    rounds each arm keeps the running sum ``Σ y_t X_t`` of its rounds; at the end of that
    phase the best rank-r approximation of its mean is the start ``U_0 V_0ᵀ`` (balanced
    factors).  An arm whose mean has rank below ``r`` (no rounds, or all rewards zero) gets
-   the fixed rank-r directions of :func:`agents.warm_start_rules.fixed_directions` scaled
-   by :data:`~agents.warm_start_rules.START_SCALE` times the root mean square reward, as
+   the fixed rank-r directions of :func:`agents.warm_start.rules.fixed_directions` scaled
+   by :data:`~agents.warm_start.rules.START_SCALE` times the root mean square reward, as
    the buffered fit does for such arms.
 2. **Refined online.**  Every later round takes one normalised least-mean-squares step of
    the pulled arm's factors, ``U ← U + μ res X V / n_t``, ``V ← V + μ res Xᵀ U / n_t`` with
@@ -41,10 +41,10 @@ from typing import Any
 import numpy as np
 
 from agents.balancing import balance
-from agents.round_store import RoundCounter
 from agents.state import plain, read_bool, read_int, same_value
-from agents.warm_start_buffer import warm_start_buffer_bytes
-from agents.warm_start_rules import START_SCALE, fixed_directions
+from agents.warm_start.dense import warm_start_buffer_bytes
+from agents.warm_start.rules import START_SCALE, fixed_directions
+from agents.warm_start.store import RoundCounter
 from lrbandit_gym.validation import (
     check_actions,
     check_choice,
@@ -76,7 +76,7 @@ TAIL_FRACTION = 0.2
 #: The warm-start fits a policy can be asked for (``warm_start_fit=``).
 WARM_START_FITS = ("buffer", "streaming")
 #: Rounds per degree of freedom of the streaming fit's default length (the buffered fit's is
-#: :data:`agents.warm_start_rules.ROUNDS_PER_DOF` = 3.5: one pass needs more rounds).
+#: :data:`agents.warm_start.rules.ROUNDS_PER_DOF` = 3.5: one pass needs more rounds).
 STREAMING_ROUNDS_PER_DOF = 10
 
 
@@ -122,7 +122,7 @@ def choose_warm_start_fit(
     The rule (docs/method.md §3, "Streaming warm start"): completion contexts always use
     their buffer (it stores indices, a few bytes a round); for Gaussian contexts
     ``requested`` if given, else the buffered fit when its buffer
-    (:func:`~agents.warm_start_buffer.warm_start_buffer_bytes`) fits in
+    (:func:`~agents.warm_start.dense.warm_start_buffer_bytes`) fits in
     ``max_memory_bytes`` (it is the more accurate of the two from the same rounds), and the
     streaming fit otherwise.
 
@@ -150,7 +150,7 @@ def choose_warm_start_fit(
 class StreamingWarmStart(RoundCounter):
     """One-pass warm start for Gaussian contexts with memory independent of its length.
 
-    The interface of :class:`~agents.warm_start_buffer.WarmStartBuffer` that the policies
+    The interface of :class:`~agents.warm_start.dense.WarmStartBuffer` that the policies
     use (``add``, ``add_validated``, ``full``, ``n``, ``pulls``, ``initial_estimate``,
     ``discard_last``, ``release``, ``state_dict``), with the algorithm of the module
     docstring in place of storing the rounds.

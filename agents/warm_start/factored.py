@@ -15,7 +15,7 @@ spectral start, so it is the solver for large batches of trials (the Monte Carlo
 Layout: a trial's contexts are processed as one ``(d1, n, d2)`` array, in which both
 products a sweep needs are single GEMMs over all rounds and all arms at once,
 ``X V = (d1·n × d2)(d2 × K r)`` and ``Uᵀ X = (K r × d1)(d1 × n·d2)``.
-:class:`agents.warm_start_buffer.WarmStartBuffer` stores its contexts in that layout, so no copy of
+:class:`agents.warm_start.dense.WarmStartBuffer` stores its contexts in that layout, so no copy of
 the data is made; other inputs are transposed once per trial.
 """
 
@@ -23,41 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from agents.warm_start.alternating import alternate, arm_weights, data_penalty
+from agents.warm_start.factored_completion import completion_factored_fit
 from lrbandit_gym.onehot import OneHotContexts
 
-__all__ = ["RIDGE_FLOOR", "alternate", "arm_weights", "data_penalty", "factored_nuclear_norm_fit"]
-
-#: Ridge of the unpenalised refit sweeps (and of arms whose penalty is zero): keeps the
-#: systems of an arm with few or no rounds non-singular.
-RIDGE_FLOOR = 1e-10
-
-
-def data_penalty(
-    sigma: np.ndarray, n_eff: np.ndarray, d1: int, d2: int, penalty_scale: float
-) -> np.ndarray:
-    """The data-driven ``λ = C σ̂ (√d1 + √d2)/√n_eff`` per arm (Negahban & Wainwright's rate).
-
-    An arm without rounds (or whose spectral start fits exactly, e.g. all rewards 0) has
-    ``σ̂ = 0`` and an all-zero system: it gets :data:`RIDGE_FLOOR`, which keeps it solvable
-    (its estimate is then exactly zero).  Every other arm keeps its penalty.
-    """
-    rate = (np.sqrt(d1) + np.sqrt(d2)) / np.sqrt(np.maximum(n_eff, 1.0))
-    lam = penalty_scale * sigma * rate
-    return np.where(lam > 0, lam, RIDGE_FLOOR)
-
-
-def alternate(sweep, U, V, lam, penalised_sweeps: int, refit_sweeps: int) -> np.ndarray:
-    """Run ``sweep(U, V, lam) -> (U, V)`` with the penalty, then without it, and return
-    every arm's ``U Vᵀ``.
-
-    The unpenalised refit sweeps from the penalised solution remove its shrinkage (the
-    role of the tangent-space refit in the proximal-gradient path).
-    """
-    for _ in range(penalised_sweeps):
-        U, V = sweep(U, V, lam)
-    for _ in range(refit_sweeps):
-        U, V = sweep(U, V, np.full(len(lam), RIDGE_FLOOR))
-    return np.matmul(U, V.swapaxes(-1, -2))
+__all__ = ["factored_nuclear_norm_fit"]
 
 
 def _ridge_solve(A: list[np.ndarray], w: list[np.ndarray], y: list[np.ndarray], lam: np.ndarray):
@@ -163,9 +133,9 @@ def factored_nuclear_norm_fit(
     ----------
     X : ndarray (B, n, d1, d2), or OneHotContexts
         Contexts (float32 or float64; float32 halves the memory traffic).  A transposed
-        view of ``(B, d1, n, d2)`` storage (as :class:`~agents.warm_start_buffer.WarmStartBuffer`
+        view of ``(B, d1, n, d2)`` storage (as :class:`~agents.warm_start.dense.WarmStartBuffer`
         returns) is used without a copy.  One-hot contexts in index form are fitted by
-        :func:`agents.completion_fit.completion_factored_fit`, without a matrix.
+        :func:`agents.warm_start.factored_completion.completion_factored_fit`, without a matrix.
     actions, rewards : ndarray (B, n)
     n_actions, rank : int
     weights : ndarray (B, n), optional
@@ -188,8 +158,6 @@ def factored_nuclear_norm_fit(
         weight.
     """
     if isinstance(X, OneHotContexts):  # completion contexts as indices: no matrix at all
-        from agents.completion_fit import completion_factored_fit
-
         return completion_factored_fit(
             X,
             actions,
@@ -221,43 +189,3 @@ def factored_nuclear_norm_fit(
             refit_sweeps,
         )
     return out
-
-
-def arm_weights(
-    actions: np.ndarray,
-    rewards: np.ndarray,
-    n_actions: int,
-    weights: np.ndarray | None,
-    penalty: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """What both factored fits (dense and index contexts) need per trial and arm.
-
-    Parameters
-    ----------
-    actions, rewards : ndarray of shape (B, n)
-    n_actions : int
-    weights : ndarray of shape (B, n) or None (all 1)
-    penalty : array_like broadcastable to (B, K), or None
-
-    Returns
-    -------
-    omega : ndarray (B, n, K)
-        Each arm's rounds' weights, normalised to sum to 1 (0 off the arm).
-    n_eff : ndarray (B, K)
-        Kish effective number of rounds per arm, ``(Σw)²/Σw²`` (0 without rounds).
-    y : ndarray (B, n)
-        The rewards as float.
-    lam : ndarray (B, K) or None
-        The penalty per trial and arm.
-    """
-    B, n = actions.shape
-    w = np.ones((B, n)) if weights is None else np.asarray(weights, dtype=float)
-    W = (actions[..., None] == np.arange(n_actions)) * w[..., None]  # (B, n, K)
-    total = W.sum(axis=1)  # (B, K)
-    omega = W / np.where(total > 0, total, 1.0)[:, None, :]  # normalised weights per arm
-    n_eff = np.where((W**2).sum(1) > 0, total**2 / np.maximum((W**2).sum(1), 1e-300), 0.0)
-    y = np.asarray(rewards, dtype=float)
-    lam = None
-    if penalty is not None:
-        lam = np.broadcast_to(np.asarray(penalty, dtype=float), (B, n_actions))
-    return omega, n_eff, y, lam

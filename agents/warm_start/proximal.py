@@ -9,7 +9,7 @@ For every arm ``a`` of every trial at once, :func:`fista` minimises
 (:func:`svt`).  :func:`tangent_refit` removes the nuclear norm's shrinkage by an unpenalised
 weighted least-squares fit on the tangent space of the rank-r manifold at the solution, and
 :func:`corrected_sigma` turns its residuals into a noise estimate.  :func:`proximal_fit`
-combines them with the data-driven penalty of :mod:`agents.warm_start` (its module
+combines them with the data-driven penalty of :mod:`agents.warm_start.fit` (its module
 docstring states the rule); :func:`agents.warm_start.nuclear_norm_fit` validates the
 input and calls it.
 """

@@ -1,7 +1,7 @@
 """Rules of the warm start: how long it is, and how an arm with too few rounds starts.
 
 Algorithm 1 starts from ``M_init`` within the noise level of the truth (docs/method.md §3),
-fitted by eq. (10) on an exploration phase (:mod:`agents.warm_start`).  Two rules decide
+fitted by eq. (10) on an exploration phase (:mod:`agents.warm_start.fit`).  Two rules decide
 what happens around that fit.
 
 Size of the warm start
@@ -42,8 +42,8 @@ import warnings
 
 import numpy as np
 
-from agents.factored_fit import factored_nuclear_norm_fit
-from agents.warm_start_inputs import CONTEXTS, fit_failure, name_list
+from agents.warm_start.factored import factored_nuclear_norm_fit
+from agents.warm_start.inputs import CONTEXTS, fit_failure, name_list
 from lrbandit_gym.validation import check_choice, check_positive_int
 
 __all__ = [
@@ -187,7 +187,7 @@ def start_weak_arms(
     M : ndarray of shape (B, K, d1, d2)
         The finite rank-r fit of every arm, overwritten for the weak arms.
     Xa, acts, y, w, K, batched
-        The validated data (:func:`agents.warm_start_inputs.validate_inputs`).
+        The validated data (:func:`agents.warm_start.inputs.validate_inputs`).
     rank : int
         Rank ``r`` of the estimator to initialise.
     context : {"gaussian", "completion"}
@@ -250,7 +250,7 @@ def start_weak_arms(
             f"{min_warm_start_pulls(d1, d2, rank)}) for the rank-{rank} fit of {names}; "
             "each such arm starts from its penalised fit (zero without rounds) plus a fixed "
             f"rank-{rank} matrix with singular values {START_SCALE:g} x the reward scale "
-            "(agents.warm_start, 'Arms with too few rounds'), and the SGD, which only "
+            "(agents.warm_start.fit, 'Arms with too few rounds'), and the SGD, which only "
             "refines an estimate near the truth, learns it slowly; a longer warm start "
             f"(about {default_warm_start_rounds(d1, d2, rank, K, context)} rounds) avoids "
             "this",

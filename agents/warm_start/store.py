@@ -1,8 +1,8 @@
 """What every warm-start store shares: the rounds' actions, rewards and weights, and the
 protocol the policies and the wrappers use (docs/method.md §3, eq. (10)).
 
-:class:`~agents.warm_start_buffer.WarmStartBuffer` (dense contexts) and
-:class:`~agents.completion_buffer.CompletionWarmStartBuffer` (completion contexts as
+:class:`~agents.warm_start.dense.WarmStartBuffer` (dense contexts) and
+:class:`~agents.warm_start.completion.CompletionWarmStartBuffer` (completion contexts as
 indices) differ only in how they keep a round's context; everything else lives here: the
 counters, the pulls per arm, the fit and the initial estimate from :meth:`data`, and the
 checks of a saved state.
@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from agents.state import plain, read_int, same_value
+from agents.warm_start.fit import initial_estimate, nuclear_norm_fit
 from lrbandit_gym.validation import check_finite, check_positive_int
 
 __all__ = ["RoundCounter", "RoundStore"]
@@ -23,7 +24,7 @@ __all__ = ["RoundCounter", "RoundStore"]
 
 class RoundCounter:
     """The configuration and the count of rounds of every warm start, stored
-    (:class:`RoundStore`) or streamed (:class:`~agents.streaming_warm_start.StreamingWarmStart`).
+    (:class:`RoundStore`) or streamed (:class:`~agents.warm_start.streaming.StreamingWarmStart`).
 
     Subclasses call :meth:`_init_rounds` in ``__init__`` and count rounds in ``_n``.
     """
@@ -111,9 +112,6 @@ class RoundStore(RoundCounter):
         the store's unless given; ``solver="factored"`` by default when ``rank`` is given;
         ``full_output=True`` returns its :class:`~agents.warm_start.NuclearNormFit`).
         """
-        # Imported here: agents.warm_start re-exports the buffers.
-        from agents.warm_start import nuclear_norm_fit
-
         self._require_rounds("fit")
         if "weights" in kwargs:
             raise ValueError("weights come from add(); do not pass weights to fit")
@@ -137,8 +135,6 @@ class RoundStore(RoundCounter):
         FloatingPointError
             If the fit fails (nothing changes: the buffer keeps its rounds).
         """
-        from agents.warm_start import initial_estimate
-
         self._require_rounds("initial_estimate")
         context = self._default_context if context is None else context
         X, a, r, w = self.data()

@@ -1,6 +1,6 @@
 """The factored warm-start fit of eq. (10) for completion contexts, from their indices.
 
-:func:`agents.factored_fit.factored_nuclear_norm_fit` solves the rank-≤ r nuclear-norm
+:func:`agents.warm_start.factored.factored_nuclear_norm_fit` solves the rank-≤ r nuclear-norm
 penalised least squares of eq. (10) by alternating ridge regressions on dense contexts.
 With completion contexts ``X_t = e_{j_t} e_{k_t}ᵀ`` the same sweeps need no matrix at all:
 ``<U Vᵀ, X_t> = U[j_t] · V[k_t]``, so the U-step's normal equations split into one ``r x r``
@@ -13,7 +13,7 @@ and the V-step into one per row of ``V``.  The spectral start ``c Σ_t ω_t y_t 
 scatter of the weighted rewards, and the noise level of the penalty reads
 ``<M_0, X_t> = M_0[j_t, k_t]``.  A sweep costs O(n r² + (d1 + d2) r³) instead of
 O(n d1 d2 r), and the data take 8 bytes of index per round instead of a ``d1 x d2``
-matrix (:class:`agents.completion_buffer.CompletionWarmStartBuffer`).  The numbers are the
+matrix (:class:`agents.warm_start.completion.CompletionWarmStartBuffer`).  The numbers are the
 dense path's up to rounding (``tests/test_completion.py`` compares them).
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from agents.factored_fit import alternate, arm_weights, data_penalty
+from agents.warm_start.alternating import alternate, arm_weights, data_penalty
 from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = ["completion_factored_fit"]
@@ -112,7 +112,7 @@ def completion_factored_fit(
     refit_sweeps: int = 3,
     penalty: np.ndarray | None = None,
 ) -> np.ndarray:
-    """:func:`agents.factored_fit.factored_nuclear_norm_fit` for one-hot contexts given as
+    """:func:`agents.warm_start.factored.factored_nuclear_norm_fit` for one-hot contexts given as
     indices (see the module docstring); the same arguments, with ``X`` a
     :class:`~lrbandit_gym.onehot.OneHotContexts` of shape ``(B, n, d1, d2)``.
 
@@ -123,7 +123,7 @@ def completion_factored_fit(
         weight.
     """
     B, n, d1, d2 = X.shape
-    # Imported here: agents.factored_fit dispatches index contexts to this module.
+    # Imported here: agents.warm_start.factored dispatches index contexts to this module.
     omega, n_eff, y, lam = arm_weights(actions, rewards, n_actions, weights, penalty)
     out = np.empty((B, n_actions, d1, d2))
     for b in range(B):

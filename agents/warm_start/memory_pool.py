@@ -1,7 +1,7 @@
 """Process-wide pool of warm-start buffer storage.
 
 A Monte Carlo study's workers run one warm start per chunk of trials, each with a
-:class:`~agents.warm_start_buffer.WarmStartBuffer` of the same shape.  Such a buffer is
+:class:`~agents.warm_start.dense.WarmStartBuffer` of the same shape.  Such a buffer is
 large (``B * length * d1 * d2`` contexts), and fresh memory costs time: the kernel zeroes
 every page on first touch.  With the pool switched on, a released buffer's storage goes to
 the next buffer of the same shape and dtype instead of back to the allocator.  It is off by
@@ -20,7 +20,7 @@ _SPARE_STORAGE: list[np.ndarray] | None = None
 
 
 def reuse_buffer_memory(enabled: bool = True) -> bool:
-    """Keep the storage of released :class:`~agents.warm_start_buffer.WarmStartBuffer` s for
+    """Keep the storage of released :class:`~agents.warm_start.dense.WarmStartBuffer` s for
     the next buffer of the same shape (``True``) or free it (``False``, the default); returns
     the previous setting.
 

@@ -14,12 +14,12 @@ followed, when the target rank ``r`` is known, by an unpenalised refit.
 :func:`nuclear_norm_fit` computes it for every arm of every trial at once, by one of two
 solvers:
 
-* ``solver="proximal"`` (:mod:`agents.nuclear_norm`): the convex problem (10) itself, by
+* ``solver="proximal"`` (:mod:`agents.warm_start.proximal`): the convex problem (10) itself, by
   accelerated proximal gradient (FISTA with adaptive restart) and singular value
   thresholding, with the data-driven penalty and the tangent-space refit below.  It is the
   default without ``rank`` (only the convex problem is then defined) and the one that
   reports diagnostics (``full_output=True``).
-* ``solver="factored"`` (:mod:`agents.factored_fit`): (10) restricted to rank ≤ r in
+* ``solver="factored"`` (:mod:`agents.warm_start.factored`): (10) restricted to rank ≤ r in
   factored form, by alternating ridge regressions, then unpenalised sweeps as the refit.
   About ten passes over the data instead of a few hundred, at the proximal path's accuracy
   in the paper's setting, so it is the default with ``rank`` (large Monte Carlo batches).
@@ -65,21 +65,16 @@ a warning naming the arm (and trial).  :func:`initial_estimate`, from which the 
 initialise, gives every arm with too few rounds for a well-posed fit (at most
 :func:`min_warm_start_pulls`), or with a fit of rank below ``r``, its penalised fit plus a
 fixed rank-r matrix ``START_SCALE * rho * Q_U Q_Vᵀ`` instead, with a warning:
-:mod:`agents.warm_start_rules` gives the rule and why.
+:mod:`agents.warm_start.rules` gives the rule and why.
 
 Size of the warm start
 ----------------------
-:func:`default_warm_start_rounds` (:mod:`agents.warm_start_rules`) sizes the warm start
-from the degrees of freedom of the problem; :data:`DEFAULT_WARM_START_ROUNDS` is the
-paper's fixed 2000 rounds, which the studies pass explicitly.
+:func:`~agents.warm_start.rules.default_warm_start_rounds` sizes the warm start from the
+degrees of freedom of the problem; :data:`~agents.warm_start.rules.DEFAULT_WARM_START_ROUNDS`
+is the paper's fixed 2000 rounds, which the studies pass explicitly.
 
-Beside this module, :mod:`agents.warm_start_rules` holds those two rules,
-:mod:`agents.warm_start_inputs` the validation of the data and the messages,
-:class:`~agents.warm_start_buffer.WarmStartBuffer` stores the exploration rounds (for
-completion contexts :class:`~agents.completion_buffer.CompletionWarmStartBuffer`, their
-indices: 32 bytes a round, fitted by :mod:`agents.completion_fit` without a matrix) and
-:func:`~agents.buffer_pool.reuse_buffer_memory` lets successive buffers share their
-storage.  Every public name of these modules that the policies use is importable from here.
+The stores that collect the rounds, the held-out check and the :class:`WarmStart` object
+that runs the phase live beside this module (the map is in :mod:`agents.warm_start`).
 """
 
 from __future__ import annotations
@@ -88,23 +83,15 @@ from typing import Any
 
 import numpy as np
 
-from agents.buffer_pool import reuse_buffer_memory
-from agents.completion_buffer import CompletionWarmStartBuffer, completion_buffer_bytes
-from agents.factored_fit import factored_nuclear_norm_fit
-from agents.nuclear_norm import NuclearNormFit, proximal_fit
-from agents.warm_start_buffer import WarmStartBuffer, warm_start_buffer_bytes
-from agents.warm_start_inputs import (
+from agents.warm_start.factored import factored_nuclear_norm_fit
+from agents.warm_start.inputs import (
     fit_failure,
     per_arm_values,
     validate_inputs,
     warn_empty_arms,
 )
-from agents.warm_start_rules import (
-    DEFAULT_WARM_START_ROUNDS,
-    ROUNDS_PER_DOF,
-    START_SCALE,
-    default_warm_start_rounds,
-    min_warm_start_pulls,
+from agents.warm_start.proximal import NuclearNormFit, proximal_fit
+from agents.warm_start.rules import (
     start_weak_arms,
 )
 from lrbandit_gym.onehot import OneHotContexts
@@ -114,22 +101,7 @@ from lrbandit_gym.validation import (
     check_positive_int,
 )
 
-__all__ = [
-    "DEFAULT_PENALTY_SCALE",
-    "DEFAULT_WARM_START_ROUNDS",
-    "CompletionWarmStartBuffer",
-    "NuclearNormFit",
-    "ROUNDS_PER_DOF",
-    "START_SCALE",
-    "WarmStartBuffer",
-    "completion_buffer_bytes",
-    "default_warm_start_rounds",
-    "initial_estimate",
-    "min_warm_start_pulls",
-    "nuclear_norm_fit",
-    "reuse_buffer_memory",
-    "warm_start_buffer_bytes",
-]
+__all__ = ["DEFAULT_PENALTY_SCALE", "initial_estimate", "nuclear_norm_fit"]
 
 #: Multiplier ``C`` in ``lambda = C * sigma_hat * s`` (see the module docstring).
 DEFAULT_PENALTY_SCALE = 0.5
@@ -164,7 +136,7 @@ def nuclear_norm_fit(
         Contexts (e.g. float32 from :class:`WarmStartBuffer`; the proximal fit runs in
         float64).  Completion contexts may be given by their indices
         (:class:`~lrbandit_gym.onehot.OneHotContexts`, as
-        :class:`~agents.completion_buffer.CompletionWarmStartBuffer` stores them): the
+        :class:`~agents.warm_start.completion.CompletionWarmStartBuffer` stores them): the
         factored solver then never forms a context matrix (the proximal one does).
     actions : array_like of int, shape (n,) or (B, n)
     rewards : array_like of shape (n,) or (B, n)
@@ -267,9 +239,9 @@ def _fit_validated(
     full_output: bool,
 ) -> np.ndarray | NuclearNormFit:
     """:func:`nuclear_norm_fit` on the output of
-    :func:`~agents.warm_start_inputs.validate_inputs` (``solver`` resolved)."""
+    :func:`~agents.warm_start.inputs.validate_inputs` (``solver`` resolved)."""
     if solver == "factored":
-        # (10) in rank-r factored form, then unpenalised sweeps (agents.factored_fit).
+        # (10) in rank-r factored form, then unpenalised sweeps (agents.warm_start.factored).
         rank = check_positive_int(rank, "rank")
         d1, d2 = Xa.shape[2:]
         if rank > min(d1, d2):
@@ -287,7 +259,7 @@ def _fit_validated(
             penalty=None if penalty is None else np.asarray(penalty, dtype=float),
         )
         return out if batched else out[0]
-    # (10) by FISTA with the data-driven penalty, then the tangent refit (agents.nuclear_norm).
+    # (10) by FISTA with the data-driven penalty, then the tangent refit (.proximal).
     if isinstance(Xa, OneHotContexts):  # the proximal solver works on the matrices
         Xa = Xa.dense()
     B, n, d1, d2 = Xa.shape
@@ -333,7 +305,7 @@ def initial_estimate(
     """``M_init`` for :meth:`~agents.estimator.LowRankSGD.initialize`, defined for every arm.
 
     The fit of :func:`nuclear_norm_fit` (``rank`` given: the factored solver), with the
-    start of :func:`agents.warm_start_rules.start_weak_arms` ("Arms with too few rounds")
+    start of :func:`agents.warm_start.rules.start_weak_arms` ("Arms with too few rounds")
     for every arm that has at most :func:`min_warm_start_pulls` rounds of positive weight
     or a fit of rank below ``rank``; a ``RuntimeWarning`` names those arms (and trials) and
     their rounds.  Every other arm keeps its fit exactly.
@@ -403,6 +375,6 @@ def initial_estimate(
     if not np.isfinite(M).all():
         raise FloatingPointError(fit_failure(Xa, y, "a non-finite estimate"))
     # Arms with too few rounds, or a rank-deficient fit, start by the rule of
-    # agents.warm_start_rules ("Arms with too few rounds").
+    # agents.warm_start.rules ("Arms with too few rounds").
     start_weak_arms(M, Xa, acts, y, w, K, batched, rank=rank, context=context, seed=seed)
     return M if batched else M[0]

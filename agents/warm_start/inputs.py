@@ -1,7 +1,7 @@
 """Inputs and messages of the warm start (:mod:`agents.warm_start`, eq. (10)).
 
 The fits of eq. (10) (docs/method.md §3) and the weak-arm start of
-:mod:`agents.warm_start_rules` take their data through :func:`validate_inputs`, which checks
+:mod:`agents.warm_start.rules` take their data through :func:`validate_inputs`, which checks
 everything once and returns it with a trial axis, so the solvers can assume valid,
 batched input.  The messages that name the arms without data (:func:`warn_empty_arms`)
 and a fit that failed numerically (:func:`fit_failure`) are built here too.

@@ -3,10 +3,10 @@
 A completion context ``e_j e_kᵀ`` is known by its index, so the warm start of eq. (10)
 needs, per round, the flat position ``j d2 + k`` (int64), the action (int64), the reward
 and the weight (float64): 32 bytes, whatever ``d1 x d2``.  A
-:class:`~agents.warm_start_buffer.WarmStartBuffer` would store the ``d1 x d2`` matrix
+:class:`~agents.warm_start.dense.WarmStartBuffer` would store the ``d1 x d2`` matrix
 (4 MB a round in float32 at 1000 x 1000: 186 GiB for a 50,000-round warm start).  The fit
-reads the indices directly (:mod:`agents.completion_fit`), so no context matrix is formed
-at any point.
+reads the indices directly (:mod:`agents.warm_start.factored_completion`), so no context
+matrix is formed at any point.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.round_store import RoundStore
+from agents.warm_start.store import RoundStore
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.validation import (
     check_actions,
@@ -40,7 +40,7 @@ def completion_buffer_bytes(length: int, n_trials: int | None = None) -> int:
 
 class CompletionWarmStartBuffer(RoundStore):
     """Preallocated store of a warm start's completion rounds, as indices
-    (:class:`~agents.warm_start_buffer.WarmStartBuffer`'s interface).
+    (:class:`~agents.warm_start.dense.WarmStartBuffer`'s interface).
 
     Memory is ``32 * length`` bytes per trial (:func:`completion_buffer_bytes`), allocated
     once.  A round's context is given as its index ``[j, k]`` (shape (2,), or (B, 2)) or as

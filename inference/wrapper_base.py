@@ -26,14 +26,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from agents.base import problem_shape
 from agents.estimator import LowRankSGD
-from agents.warm_start import (
-    CompletionWarmStartBuffer,
-    WarmStartBuffer,
-    completion_buffer_bytes,
-    default_warm_start_rounds,
-    warm_start_buffer_bytes,
-)
-from agents.warm_start.check import check_buffer
+from agents.warm_start import DEFAULT_MAX_MEMORY_BYTES, WarmStart
 from inference.gym_layers import layers_below, refuse_transforming_layers, undo_for
 from inference.results import (
     InsufficientDataWarning,
@@ -54,11 +47,6 @@ __all__ = ["InferenceWrapperBase"]
 #: A chosen arm's propensity below this (a weight 1/π above 1000) raises
 #: :class:`~inference.results.SmallPropensityWarning`, once per wrapper.
 SMALL_PROPENSITY = 1e-3
-
-# Largest warm-start buffer a wrapper allocates for its own estimator (as the policies'
-# default max_memory_bytes).
-_MAX_BUFFER_BYTES = 2**31
-
 
 def _nothing() -> None:
     """A prepared update with nothing to do (or to undo)."""
@@ -108,32 +96,21 @@ class InferenceWrapperBase(WrapperState):
                 context=self._shape.context,
                 **sgd_kwargs,
             )
-            rounds = (
-                default_warm_start_rounds(
-                    self.d1, self.d2, rank, self.n_actions, context=self._shape.context
-                )
-                if warm_start is None
-                else warm_start
+            # Weighted by 1/pi, so always the buffered fit (streaming needs uniform rounds).
+            self._warm_start = WarmStart(
+                self.d1,
+                self.d2,
+                self.n_actions,
+                estimator.rank,
+                context=self._shape.context,
+                n_trials=self.n_trials,
+                rounds=warm_start,
+                method="buffer",
+                max_memory_bytes=DEFAULT_MAX_MEMORY_BYTES,
+                ways_out="share the agent's estimator (estimator=agent.estimator) or pass a "
+                "shorter warm_start=",
             )
-            if isinstance(rounds, bool) or int(rounds) != rounds or rounds < 1:
-                raise ValueError(
-                    f"warm_start must be a positive number of rounds; got {warm_start!r}"
-                )
-            self.warm_start_rounds = int(rounds)
-            if self._shape.context == "completion":  # indices and values: 32 bytes a round
-                need = completion_buffer_bytes(self.warm_start_rounds, n_trials=self.n_trials)
-            else:
-                need = warm_start_buffer_bytes(
-                    self.d1, self.d2, self.warm_start_rounds, n_trials=self.n_trials
-                )
-            if need > _MAX_BUFFER_BYTES:
-                raise ValueError(
-                    f"the wrapper's own warm start of {self.warm_start_rounds} rounds needs a "
-                    f"buffer of {need / 2**20:.0f} MiB, above {_MAX_BUFFER_BYTES / 2**20:.0f} "
-                    "MiB: share the agent's estimator (estimator=agent.estimator) or pass a "
-                    "shorter warm_start="
-                )
-            self._buffer = self._new_buffer()
+            self.warm_start_rounds = self._warm_start.rounds
         else:
             for name in ("d1", "d2", "n_actions", "n_trials"):
                 mine = getattr(self, name)
@@ -143,7 +120,7 @@ class InferenceWrapperBase(WrapperState):
                         f"environment's {mine!r}"
                     )
             self.warm_start_rounds = 0
-            self._buffer = None
+            self._warm_start = None
         #: The held-out check of the own estimator's warm start
         #: (:class:`agents.warm_start.check.WarmStartCheck`), once it has run.
         self.warm_start_check = None
@@ -162,12 +139,6 @@ class InferenceWrapperBase(WrapperState):
         self.rounds_seen = 0
         self.rounds_skipped = 0
         self._small_propensity_warned = False
-
-    def _new_buffer(self) -> WarmStartBuffer | CompletionWarmStartBuffer:
-        """An empty buffer for the own estimator's warm start (indices for completion
-        contexts)."""
-        cls = CompletionWarmStartBuffer if self._shape.context == "completion" else WarmStartBuffer
-        return cls(self.d1, self.d2, self.n_actions, self.warm_start_rounds, n_trials=self.n_trials)
 
     def _batched(self, x):
         """The context ``x`` from :meth:`_context` in the batched layout (B, d1, d2), or as
@@ -389,33 +360,27 @@ class InferenceWrapperBase(WrapperState):
         if not self.owns_estimator:
             return _nothing, _nothing
         xb = self._batched(x)
-        buffer = self._buffer
-        if buffer is not None:
+        warm = self._warm_start
+        if warm is not None and warm.active:
             weights = 1.0 / props[np.arange(props.shape[0]), actions]
-            if buffer.n + 1 < buffer.length:
-                return (lambda: buffer.add_validated(xb, actions, rewards, weights)), _nothing
-            # This round completes the warm start: fit with it now.
-            buffer.add_validated(xb, actions, rewards, weights)
-            try:  # defined for every arm, even one the logging policy never played
-                M_init = buffer.initial_estimate(rank=self.rank, context=self._shape.context)
-                # Warns when M_init is too far from the truth for the theory (held out).
-                check = check_buffer(
-                    buffer,
-                    rank=self.rank,
-                    context=self._shape.context,
-                    who=f"{type(self).__name__}'s own warm start",
-                    stacklevel=5,  # the caller of the wrapper's step()
-                )
-            except BaseException:
-                buffer.discard_last()
-                raise
+            if not warm.last_round_next:
+                return (lambda: warm.add(xb, actions, rewards, weights)), _nothing
+            # This round completes the warm start: fit with it now, defined for every arm
+            # (even one the logging policy never played), and check it on held-out rounds
+            # (a warning when M_init is too far from the truth for the theory).
+            warm.add(xb, actions, rewards, weights)
+            M_init, check = warm.finish(
+                check=True,
+                who=f"{type(self).__name__}'s own warm start",
+                stacklevel=5,  # the caller of the wrapper's step()
+            )
 
             def start():
                 self.estimator.initialize(M_init)
                 self.warm_start_check = check
-                self._buffer = None
+                warm.release()
 
-            return start, buffer.discard_last
+            return start, warm.discard_last
         proposal = self.estimator.propose_step(xb, actions, rewards, props, self._fp)
         return (lambda: self.estimator.commit_step(proposal)), _nothing
 

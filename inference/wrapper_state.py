@@ -58,7 +58,7 @@ class WrapperState:
             "rounds_seen": self.rounds_seen,
             "rounds_skipped": self.rounds_skipped,
             "estimator": self.estimator.state_dict() if self.owns_estimator else None,
-            "buffer": None if self._buffer is None else self._buffer.state_dict(),
+            "buffer": None if self._warm_start is None else self._warm_start.state_dict(),
             "obs": None if self._obs is None else np.array(self._obs, copy=True),
         }
 
@@ -104,8 +104,7 @@ class WrapperState:
         if self.owns_estimator:
             est = check_part(self.estimator.validate_state_dict, state["estimator"], "estimator")
             if state["buffer"] is not None:
-                buffer = self._new_buffer()
-                check_part(buffer.load_state_dict, state["buffer"], "buffer")
+                buffer = check_part(self._warm_start.restored_store, state["buffer"], "buffer")
                 if est["initialized"] or buffer.n != seen:
                     raise ValueError(
                         f"state['buffer'] holds {buffer.n} warm-start rounds beside "
@@ -159,6 +158,6 @@ class WrapperState:
         self.rounds_skipped = checked["rounds_skipped"]
         if self.owns_estimator:
             self.estimator.load_state_dict(state["estimator"])
-            self._buffer = checked["buffer"]
+            self._warm_start.adopt(checked["buffer"])
         if checked["obs"] is not None:
             self._set_obs(checked["obs"])

@@ -226,7 +226,7 @@ def test_a_failure_after_the_inner_step_undoes_the_whole_step(monkeypatch, failu
         value.step(Decision(t % 2, uniform))
     if failure == "inner fit":
         error = FloatingPointError("the fit failed")
-        monkeypatch.setattr(params._buffer, "initial_estimate", _raiser(error))
+        monkeypatch.setattr(params._warm_start.store, "initial_estimate", _raiser(error))
         expected = FloatingPointError
     elif failure == "inner SGD step":
         error = FloatingPointError("diverged: reduce step_scale")

@@ -74,9 +74,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "value_uniform_propensities",
         "the value wrapper feeds the V* core uniform propensities instead of the policy's",
         "inference/value_wrappers.py",
-        "self.core.update_validated(predictions, actions, rewards, props)",
-        "self.core.update_validated(\n"
-        "            predictions, actions, rewards, np.full_like(props, 1.0 / props.shape[-1])\n"
+        "round_ = Round(self._batched(x), actions, rewards, props)",
+        "round_ = Round(\n"
+        "            self._batched(x), actions, rewards, np.full_like(props, 1.0 / props.shape[-1])\n"
         "        )",
         ("tests/test_mutants.py", "tests/test_wrappers.py", "tests/test_optimal_value.py"),
     ),
@@ -159,9 +159,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "off_by_one_hand_off",
         "the wrapper's own warm start hands off to inference one round early",
-        "inference/wrapper_base.py",
-        "if buffer.n + 1 < buffer.length:",
-        "if buffer.n + 2 < buffer.length:",
+        "agents/warm_start/phase.py",
+        "return self.store.n + 1 >= self.store.length",
+        "return self.store.n + 2 >= self.store.length",
         ("tests/test_wrappers.py", "tests/test_mutants.py"),
     ),
 )

@@ -21,20 +21,20 @@ Implementation notes
   balancing at the start of the next update, and it keeps ``D`` (the singular values of
   ``M_hat_a``) at hand for :meth:`LowRankSGD.subspaces`.
 * A step is computed in full before anything is written (:meth:`LowRankSGD.propose_step`,
-  then :meth:`~agents.factor_store.FactorStore.commit_step`), so a step that fails a check
+  then :meth:`~agents.estimator_factors.FactorStore.commit_step`), so a step that fails a check
   leaves the estimator as it was, and a stack of inference wrappers can prepare every
   layer's step before it commits any.
 * Divergence guard: a step whose new estimate has a singular value above
   :attr:`LowRankSGD.max_singular_value` raises ``FloatingPointError`` instead of being
   taken (:mod:`agents.divergence` gives the bound and why).
 
-The machinery lives beside this module: :mod:`agents.factor_store` (the base class that
-keeps the factors, the round's context products, the per-arm versions and the write of a
-proposed step), :mod:`agents.divergence` (the guard), :mod:`agents.estimator_state`
-(saving and restoring), :mod:`agents.balancing` (Lemma 2.1), :mod:`agents.product_cache`
-(the products ``X V_a`` and ``Xᵀ U_a`` that a round's prediction, the inference wrappers'
-snapshot and the step share) and :mod:`agents.kernels` (the same round compiled with
-numba, engine "numba").
+The machinery lives beside this module: :mod:`agents.estimator_factors` (the base class
+that keeps the factors, the round's context products, the per-arm versions and the write of
+a proposed step), :mod:`agents.estimator_state` (the base class that saves, checks and
+restores the state), :mod:`agents.estimator_products` (the products ``X V_a`` and
+``Xᵀ U_a`` that a round's prediction, the inference wrappers' snapshot and the step share),
+:mod:`agents.divergence` (the guard), :mod:`agents.balancing` (Lemma 2.1) and
+:mod:`agents.kernels` (the same round compiled with numba, engine "numba").
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ import numpy as np
 from agents import divergence
 from agents.balancing import balance
 from agents.divergence import DIVERGENCE_FACTOR
-from agents.estimator_state import estimator_from_state, pack_state, validate_state
-from agents.factor_store import FactorStore, ProposedStep, PulledArms
+from agents.estimator_factors import FactorStore, ProposedStep, PulledArms
+from agents.estimator_state import EstimatorPersistence
 from agents.step_size import normalized_step, resolve_step, schedule
 from lrbandit_gym import engine
 from lrbandit_gym.onehot import OneHotContexts
@@ -68,7 +68,7 @@ _CONTEXTS = ("gaussian", "completion")
 _PROPENSITIES = ("known", "unknown")
 
 
-class LowRankSGD(FactorStore):
+class LowRankSGD(EstimatorPersistence, FactorStore):
     """Inverse-propensity weighted low-rank SGD for K reward matrices (Algorithm 1).
 
     Arm ``a`` is estimated by ``M_hat_a = U_a V_a^T`` with rank ``r`` factors.  At round
@@ -141,7 +141,7 @@ class LowRankSGD(FactorStore):
     a stationary point of the factored gradient.
 
     Policies and inference wrappers that drive a round themselves use the per-round API
-    of the base class :class:`~agents.factor_store.FactorStore`: :meth:`check_context`
+    of the base class :class:`~agents.estimator_factors.FactorStore`: :meth:`check_context`
     validates the context once, then :meth:`predict_validated`, :meth:`pulled` and
     :meth:`step_validated` share its products (keyed by the context's :meth:`fingerprint`);
     :attr:`arm_versions`, :attr:`batched_factors` and :meth:`arm_factors` read the state
@@ -194,7 +194,7 @@ class LowRankSGD(FactorStore):
             else check_positive_float(max_singular_value, "max_singular_value")
         )
         self.c = float(d1 * d2) if self.context == "completion" else 1.0
-        # The factors, the round's products and the counters (agents.factor_store).
+        # The factors, the round's products and the counters (agents.estimator_factors).
         super().__init__(d1, d2, rank, n_actions, n_trials)
         # Divergence bound per trial, set by initialize() unless given (agents.divergence).
         self._sv_bound = np.full(self._B, divergence.fixed_bound(self.max_singular_value_setting))
@@ -412,7 +412,7 @@ class LowRankSGD(FactorStore):
         -----
         Both APIs run the same arithmetic on (B, ., .) stacks, so that a batched run equals
         B unbatched runs bit for bit (but see
-        :func:`agents.product_cache.context_products` for one large context); the
+        :func:`agents.estimator_products.context_products` for one large context); the
         unbatched API only swaps the fancy-indexed gather/scatter for basic indexing.
         """
         return self.commit_step(self.propose_step(Xb, actions, rewards, propensities, fingerprint))
@@ -535,89 +535,6 @@ class LowRankSGD(FactorStore):
         ok = sv > 0
         inv_root = np.where(ok, 1.0 / np.sqrt(np.where(ok, sv, 1.0)), 0.0)[..., None, :]
         return self._out(self._U * inv_root), self._out(self._V * inv_root)
-
-    # ------------------------------------------------------------------ persistence
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume, as plain numpy arrays and Python scalars (copies).
-
-        The dict is flat (no ``None``, no nesting), so it round-trips through
-        ``np.savez`` and ``np.load(allow_pickle=False)`` (:mod:`agents.state`).
-
-        Returns
-        -------
-        dict
-            Configuration (``d1``, ``d2``, ``rank``, ``n_actions``, ``n_trials`` (``0`` for
-            unbatched), ``context``, ``step_scale``, ``step_offset``, ``step_decay``,
-            ``propensities``) and state (``U``, ``V``, ``singular_values``, ``counts``,
-            ``t``, ``initialized``, ``max_singular_value``: the divergence bound per
-            trial), always in the internal batched layout
-            (:func:`agents.estimator_state.pack_state`).
-        """
-        return pack_state(
-            self,
-            U=self._U,
-            V=self._V,
-            singular_values=self._sv,
-            counts=self._counts,
-            t=self._t,
-            initialized=self._initialized,
-            max_singular_value=self._sv_bound,
-        )
-
-    def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Check a :meth:`state_dict` against this estimator, changing nothing.
-
-        Accepts what ``np.load`` returns for a saved state (scalars as 0-d arrays) and
-        states saved before ``max_singular_value`` was stored; the checks are those of
-        :func:`agents.estimator_state.validate_state`.
-
-        Returns
-        -------
-        dict
-            The validated state as copies, for :meth:`load_state_dict`.
-
-        Raises
-        ------
-        ValueError
-            If a key is missing, the configuration differs from this object's, an array has
-            the wrong shape, dtype or non-finite entries, ``t`` or a count is negative, a
-            singular value is negative or out of order, the counts do not add up to ``t``,
-            or an uninitialised state holds factors.
-        """
-        return validate_state(self, state)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`: everything is validated first
-        (:meth:`validate_state_dict`), so a failure changes nothing.
-
-        Raises
-        ------
-        ValueError
-            As :meth:`validate_state_dict`.
-        """
-        checked = self.validate_state_dict(state)
-        self._set_factors(
-            checked["U"],
-            checked["V"],
-            checked["singular_values"],
-            checked["counts"],
-            checked["t"],
-            checked["initialized"],
-        )
-        self._sv_bound = checked["max_singular_value"]
-
-    @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> LowRankSGD:
-        """Build an estimator from a :meth:`state_dict`
-        (:func:`agents.estimator_state.estimator_from_state`)."""
-        return estimator_from_state(cls, state)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return self.state_dict()
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        other = LowRankSGD.from_state_dict(state)
-        self.__dict__.update(other.__dict__)
 
     def __repr__(self) -> str:
         batch = "" if self.n_trials is None else f", n_trials={self.n_trials}"

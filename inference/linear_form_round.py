@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from agents.product_cache import one_hot_products
+from agents.estimator_products import one_hot_products
 from inference.tangent_space import pulled_arm_terms
 from lrbandit_gym import engine
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts

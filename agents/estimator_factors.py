@@ -10,7 +10,7 @@ or writes it without being part of the algorithm's arithmetic:
   all-arm product of a prediction;
 * the round's products with the context (:meth:`FactorStore.check_context`,
   :meth:`FactorStore.predict_validated`, :meth:`FactorStore.pulled`), computed once by
-  :class:`agents.product_cache.ProductCache` and shared by the policy's prediction, the
+  :class:`agents.estimator_products.ProductCache` and shared by the policy's prediction, the
   inference wrappers' snapshot and the step;
 * the counters that tell what changed: the state's :attr:`FactorStore.version` and the
   per (trial, arm) :attr:`FactorStore.arm_versions`, with read-only views
@@ -25,7 +25,7 @@ or writes it without being part of the algorithm's arithmetic:
 Completion contexts (``context="completion"``) travel as
 :class:`~lrbandit_gym.onehot.OneHotContexts` from :meth:`FactorStore.check_context` on,
 whether they arrived as an index ``[j, k]`` or as a dense one-hot matrix: a round's
-prediction, products and step then cost O((d1 + d2) r) (:mod:`agents.product_cache`), and
+prediction, products and step then cost O((d1 + d2) r) (:mod:`agents.estimator_products`), and
 :attr:`FactorStore.step_support` records which row and column each arm's last step
 changed, so the inference can follow the estimate at that cost too.
 """
@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from agents.product_cache import ProductCache
+from agents.estimator_products import ProductCache
 from lrbandit_gym import engine
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.validation import check_context_fingerprint

@@ -24,7 +24,26 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OUTPUT_FILES", "add_analyze_parser", "parse_policy", "parse_target", "run_analyze"]
+from inference import analyze
+from inference.results import interval_rows
+from inference.sequences import DEFAULT_TUNING_N
+from lrbandit_gym.experiments.cli.conventions import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_output_arguments,
+    positive_int,
+)
+from lrbandit_gym.experiments.outputs import (
+    OutputError,
+    RunStamp,
+    check_outputs,
+    remove_stale,
+    write_csv,
+    write_text,
+)
+from lrbandit_gym.logs import LogFormatError, load_log
+
+__all__ = ["OUTPUT_FILES", "add_parser", "parse_policy", "parse_target", "run"]
 
 #: The files ``--out`` receives.
 OUTPUT_FILES = ("analyze.csv", "analyze.md")
@@ -106,11 +125,9 @@ def _policy(spec: str, n_actions: int) -> Any:
     return lambda obs: arm
 
 
-def add_analyze_parser(sub) -> argparse.ArgumentParser:
-    """The ``analyze`` subparser."""
-    from lrbandit_gym.experiments.cli import add_output_arguments, positive_int
-
-    p = sub.add_parser(
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``analyze`` to the ``lrbandit`` subcommands."""
+    p = subparsers.add_parser(
         "analyze",
         help="intervals from a saved log of bandit feedback (docs/logs.md)",
         description="Replay a log (.npz or .parquet, docs/logs.md) through the inference "
@@ -161,23 +178,48 @@ def add_analyze_parser(sub) -> argparse.ArgumentParser:
         help="nominal coverage, in (0, 1); default 0.95",
     )
     add_output_arguments(p, None, "analyze.csv and analyze.md (default: print only)")
+    p.set_defaults(func=run, parser=p)
     return p
 
 
-def run_analyze(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``lrbandit analyze``; usage errors exit 2 naming the argument."""
-    from inference import analyze
-    from inference.sequences import DEFAULT_TUNING_N
-    from lrbandit_gym.experiments.outputs import (
-        OutputError,
-        RunStamp,
-        check_outputs,
-        remove_stale,
-        write_csv,
-        write_text,
-    )
-    from lrbandit_gym.logs import LogFormatError, load_log
+    _check_arguments(args)
+    found = _check_out(args)
+    log = _read_log(args)
+    d1, d2, K = int(log["d1"]), int(log["d2"]), int(log["n_actions"])
+    targets, policies = _targets_and_policies(args, log)
+    tuning_n = DEFAULT_TUNING_N if args.tuning_n is None else args.tuning_n
+    try:
+        result = analyze(
+            log,
+            targets or None,
+            rank=args.rank,
+            warm_start=args.warm_start,
+            value=not args.no_value,
+            policies=policies or None,
+            confidence_level=args.confidence_level,
+            kind=args.kind,
+            tuning_n=tuning_n,
+        )
+    except LogFormatError as exc:
+        args.parser.error(f"argument log: {exc}")
+    except ValueError as exc:
+        if "the warm start takes" in str(exc):
+            args.parser.error(f"argument --warm-start: {exc}")
+        print(f"lrbandit analyze: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{args.log}: {d1} x {d2} contexts ({log['context_law']}), {K} arms")
+    print(result.summary())
+    if args.out is not None:
+        _write_outputs(args, result, tuning_n, found)
+    return EXIT_OK
 
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Refuse a confidence level outside (0, 1), a name given twice, or nothing to
+    estimate (usage errors)."""
+    parser = args.parser
     if not 0 < args.confidence_level < 1:
         parser.error(f"argument --confidence-level: must be in (0, 1); got {args.confidence_level}")
     for option, pairs in (("--target", args.target), ("--policy", args.policy)):
@@ -189,20 +231,35 @@ def run_analyze(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         parser.error(
             "argument --target: nothing to estimate: give --target, --policy or drop --no-value"
         )
-    found = []
-    if args.out is not None:
-        try:
-            found = check_outputs(args.out, OUTPUT_FILES, args.overwrite)
-        except OutputError as exc:
-            parser.error(f"argument {exc.option}: {exc}")
-    if not Path(args.log).is_file():
-        parser.error(f"argument log: no such file: {args.log!r}")
+
+
+def _check_out(args: argparse.Namespace) -> list:
+    """The files of an earlier run in ``--out`` (refused, as a usage error, without
+    ``--overwrite``); none without ``--out``."""
+    if args.out is None:
+        return []
     try:
-        log = load_log(args.log)
+        return check_outputs(args.out, OUTPUT_FILES, args.overwrite)
+    except OutputError as exc:
+        args.parser.error(f"argument {exc.option}: {exc}")
+
+
+def _read_log(args: argparse.Namespace) -> dict[str, Any]:
+    """The log, checked against the format; a usage error names what is wrong with it."""
+    if not Path(args.log).is_file():
+        args.parser.error(f"argument log: no such file: {args.log!r}")
+    try:
+        return load_log(args.log)
     except (LogFormatError, ValueError, OSError) as exc:
-        parser.error(f"argument log: {exc}")
+        args.parser.error(f"argument log: {exc}")
     except ImportError as exc:
-        parser.error(f"argument log: {exc}")
+        args.parser.error(f"argument log: {exc}")
+
+
+def _targets_and_policies(args: argparse.Namespace, log: dict[str, Any]) -> tuple[dict, dict]:
+    """The target matrices and policies of ``--target`` and ``--policy`` for this log;
+    V* and policies need the log's ``pmf`` (usage errors)."""
+    parser = args.parser
     d1, d2, K = int(log["d1"]), int(log["d2"]), int(log["n_actions"])
     has_pmf = "pmf" in log
     try:
@@ -225,56 +282,36 @@ def run_analyze(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             "every arm's logging propensity (to check the logging policy could play the "
             "target's arms)"
         )
-    tuning_n = DEFAULT_TUNING_N if args.tuning_n is None else args.tuning_n
-    try:
-        result = analyze(
-            log,
-            targets or None,
-            rank=args.rank,
-            warm_start=args.warm_start,
-            value=not args.no_value,
-            policies=policies or None,
-            confidence_level=args.confidence_level,
-            kind=args.kind,
-            tuning_n=tuning_n,
-        )
-    except LogFormatError as exc:
-        parser.error(f"argument log: {exc}")
-    except ValueError as exc:
-        if "the warm start takes" in str(exc):
-            parser.error(f"argument --warm-start: {exc}")
-        print(f"lrbandit analyze: {exc}", file=sys.stderr)
-        return 1
-    print(f"{args.log}: {d1} x {d2} contexts ({log['context_law']}), {K} arms")
-    print(result.summary())
-    if args.out is not None:
-        settings = {
-            "log": str(args.log),
-            "targets": dict(args.target),
-            "policies": dict(args.policy),
-            "rank": args.rank,
-            "warm_start": args.warm_start,
-            "value": not args.no_value,
-            "kind": args.kind,
-            "tuning_n": tuning_n,
-            "confidence_level": args.confidence_level,
-        }
-        stamp = RunStamp.of("lrbandit analyze", settings, None)
-        out = Path(args.out)
-        rows = _records(result)
-        written = [
-            write_csv(out / "analyze.csv", rows, stamp),
-            write_text(out / "analyze.md", "```\n" + result.summary() + "\n```\n", stamp),
-        ]
-        remove_stale(found, written, stream=sys.stderr)
-        print(f"wrote {', '.join(written)}", file=sys.stderr)
-    return 0
+    return targets, policies
+
+
+def _write_outputs(args: argparse.Namespace, result, tuning_n: int, found: list) -> None:
+    """``analyze.csv`` and ``analyze.md`` into ``--out``, stamped with the run's settings;
+    the files of an earlier run that were not written again are removed."""
+    settings = {
+        "log": str(args.log),
+        "targets": dict(args.target),
+        "policies": dict(args.policy),
+        "rank": args.rank,
+        "warm_start": args.warm_start,
+        "value": not args.no_value,
+        "kind": args.kind,
+        "tuning_n": tuning_n,
+        "confidence_level": args.confidence_level,
+    }
+    stamp = RunStamp.of("lrbandit analyze", settings, None)
+    out = Path(args.out)
+    rows = _records(result)
+    written = [
+        write_csv(out / "analyze.csv", rows, stamp),
+        write_text(out / "analyze.md", "```\n" + result.summary() + "\n```\n", stamp),
+    ]
+    remove_stale(found, written, stream=sys.stderr)
+    print(f"wrote {', '.join(written)}", file=sys.stderr)
 
 
 def _records(result) -> list[dict[str, Any]]:
     """The rows of ``result.to_frame()``, without needing pandas."""
-    from inference.results import interval_rows
-
     return [
         {"quantity": label, **interval_rows(ci)[0], "n_obs": ci.n_obs, "method": ci.method}
         for label, ci in result.results

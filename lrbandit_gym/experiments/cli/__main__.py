@@ -1,0 +1,7 @@
+"""``python -m lrbandit_gym.experiments.cli``: the ``lrbandit`` command."""
+
+import sys
+
+from lrbandit_gym.experiments.cli import main
+
+sys.exit(main())

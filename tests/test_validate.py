@@ -17,7 +17,7 @@ from lrbandit_gym.experiments.validate import (
     run_validation,
     validate,
 )
-from lrbandit_gym.experiments.validate_cli import load_config
+from lrbandit_gym.experiments.cli.validate_config import load_config
 from lrbandit_gym.experiments.validate_report import verdict
 
 TINY = {"d1": 8, "d2": 6, "rank": 1}

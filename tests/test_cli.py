@@ -71,9 +71,9 @@ def test_reproduce_errors_name_the_argument(tmp_path):
 def test_results_do_not_depend_on_jobs():
     config = StudyConfig(checkpoints=(30,), warm_start=300, d1=12, d2=10, rank=2)
     one = run_study(config, 6, seed=5, batch_size=3)
-    from lrbandit_gym.experiments.studies import process_map
+    from lrbandit_gym.experiments.montecarlo import chunk_map
 
-    two = run_study(config, 6, seed=5, batch_size=3, map_fn=process_map(2))
+    two = run_study(config, 6, seed=5, batch_size=3, map_fn=chunk_map(2))
     for key in one:
         np.testing.assert_array_equal(one[key], two[key])
 
@@ -205,7 +205,7 @@ def test_study_specific_options_are_refused_elsewhere(tmp_path):
 _FAULTS_SCRIPT = """
 import resource, sys
 import numpy as np
-from lrbandit_gym.experiments.studies import single_threaded_blas
+from lrbandit_gym.experiments.parallel import single_threaded_blas
 if sys.argv[1] == "worker":
     single_threaded_blas()
 def faults():

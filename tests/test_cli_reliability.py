@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lrbandit_gym.experiments.studies import coverage_interval, coverage_stats, format_coverage
+from lrbandit_gym.experiments.coverage import coverage_interval, coverage_stats, format_coverage
 
-pytestmark = pytest.mark.filterwarnings("ignore::agents.warm_start_check.WarmStartWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::agents.warm_start.check.WarmStartWarning")
 
 
 # --------------------------------------------------------------------------- item 10
@@ -249,7 +249,7 @@ def test_test_greater_refuses_a_threshold_that_is_not_a_real_number(v0):
 
 
 def _fake_result(status):
-    from lrbandit_gym.experiments.validate import ValidationSetting
+    from lrbandit_gym.experiments.validate_setting import ValidationSetting
     from lrbandit_gym.experiments.validate_report import ValidationResult
 
     cell = _all_covering_cell(20)
@@ -309,14 +309,14 @@ def test_figures_without_matplotlib_exits_1_with_the_install_command(tmp_path, c
 # --------------------------------------------------------------------------- items 8 and 11
 def _refuse_to_run(monkeypatch):
     """Make every run fail loudly: a check that must come first is then proven to."""
-    from lrbandit_gym.experiments import compare, reproduce, validate
+    from lrbandit_gym.experiments import compare, reproduce_timing, validate
 
     def ran(*args, **kwargs):
         raise AssertionError("the run started before its outputs were checked")
 
     monkeypatch.setattr(compare, "compare", ran)
     monkeypatch.setattr(validate, "run_validation", ran)
-    monkeypatch.setattr(reproduce, "draw_baseline", ran)
+    monkeypatch.setattr(reproduce_timing, "draw_baseline", ran)
 
 
 TINY_COMPARE = ["compare", "--agents", "uniform", "oracle", "--trials", "2", "--rounds", "30"]
@@ -406,7 +406,7 @@ def test_reproduce_refuses_an_earlier_runs_files_and_removes_stale_ones(tmp_path
     assert json.loads((tmp_path / "table3.json").read_text())["run"]["seed"] == 5
     with np.load(tmp_path / "table3.npz") as data:
         assert json.loads(str(data["metadata"]))["settings"]["n"] == [40]
-    from lrbandit_gym.experiments.reproduce import load_raw
+    from lrbandit_gym.experiments.reproduce_outputs import load_raw
 
     study, results = load_raw(tmp_path / "table3.npz")
     assert study == "table3" and list(results) == ["r=3"]

@@ -14,7 +14,8 @@ from lrbandit_gym.experiments.ensemble_study import (
     EnsembleStudyConfig,
     run_ensemble_study,
 )
-from lrbandit_gym.experiments.studies import process_map, summarize_value
+from lrbandit_gym.experiments.coverage import summarize_value
+from lrbandit_gym.experiments.montecarlo import chunk_map
 
 # Small enough for a fast test, large enough that the warm start learns something.
 TINY = EnsembleStudyConfig(d1=6, d2=5, warm_start=40, checkpoints=(10, 25))
@@ -50,7 +51,7 @@ def test_tiny_run_shapes_and_bookkeeping():
 
 def test_results_do_not_depend_on_jobs_or_schedule():
     one = run_ensemble_study(TINY, 4, seed=7, batch_size=2)
-    two = run_ensemble_study(TINY, 4, seed=7, batch_size=2, map_fn=process_map(2))
+    two = run_ensemble_study(TINY, 4, seed=7, batch_size=2, map_fn=chunk_map(2))
     assert one.keys() == two.keys()
     for key in one:
         np.testing.assert_array_equal(one[key], two[key], err_msg=key)
@@ -159,7 +160,7 @@ def test_value_z_scores_are_standard_normal_at_n_300():
     and a control that the bounds have power: without a warm start the estimator is
     centred on the value of a near-random greedy policy and the same bounds fail."""
     config = EnsembleStudyConfig(checkpoints=(300,))
-    r = run_ensemble_study(config, 48, seed=2024, batch_size=24, map_fn=process_map(2))
+    r = run_ensemble_study(config, 48, seed=2024, batch_size=24, map_fn=chunk_map(2))
     (row,) = summarize_value(r)
     # Monte Carlo s.e. of the z mean is ~0.14 and of the z s.d. ~0.10 with 48 trials.
     assert abs(row["z_mean"]) <= 0.45, row

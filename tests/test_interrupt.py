@@ -126,7 +126,7 @@ def test_ctrl_c_stops_validate_and_writes_the_finished_chunks_marked_partial(tmp
     argv = ["validate", "--d1", "8", "--d2", "6", "--rank", "1", "--targets", "entry"]
     argv += ["--n", "300", "--trials", "120", "--batch-size", "2", "--jobs", "2"]
     argv += ["--seed", "1", "--no-progress", "--out", "out"]
-    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "_worker_job")
+    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "run_chunk_task")
     assert code == 130, stderr[-3000:]
     assert elapsed < STOP_SECONDS, f"took {elapsed:.1f} s to stop"
     done = _done_of(stderr, 120)
@@ -146,7 +146,7 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path):
     argv = ["validate", "--d1", "8", "--d2", "6", "--rank", "1", "--targets", "entry"]
     argv += ["--n", "300", "--trials", "120", "--batch-size", "2", "--jobs", "2"]
     argv += ["--seed", "1", "--no-progress", "--out", "out"]
-    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "_worker_job", signals=2)
+    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "run_chunk_task", signals=2)
     assert code in (130, -signal.SIGINT), stderr[-3000:]  # 130, or killed by SIGINT
     assert elapsed < STOP_SECONDS, f"took {elapsed:.1f} s to stop"
     assert "Traceback" not in stderr or "KeyboardInterrupt" in stderr
@@ -181,7 +181,7 @@ def test_ctrl_c_stops_reproduce_and_skips_the_settings_not_reached(tmp_path):
     argv = ["reproduce", "table2", "--ranks", "1", "3", "--trials", "40", "--n", "200"]
     argv += ["--batch-size", "2", "--warm-start", "200", "--no-figures", "--jobs", "2"]
     argv += ["--out", "out"]
-    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "_run_job")
+    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "run_chunk_task")
     assert code == 130, stderr[-3000:]
     assert elapsed < STOP_SECONDS, f"took {elapsed:.1f} s to stop"
     done = _done_of(stderr, 80)
@@ -237,15 +237,15 @@ def test_run_study_in_this_process_raises_the_merged_partial_result(monkeypatch)
 
     config = studies.StudyConfig(d1=6, d2=6, rank=1, warm_start=60, checkpoints=(40,))
     calls = []
-    real = studies._run_job
+    real = studies.run_chunk
 
-    def run_job(job):
-        calls.append(job)
+    def run_chunk(setting, n_trials, seed):
+        calls.append(n_trials)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real(job)
+        return real(setting, n_trials, seed)
 
-    monkeypatch.setattr(studies, "_run_job", run_job)
+    monkeypatch.setattr(studies, "run_chunk", run_chunk)
     with pytest.raises(RunInterrupted) as caught:
         studies.run_study(config, 7, seed=3, batch_size=2)
     stop = caught.value

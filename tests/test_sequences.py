@@ -151,7 +151,8 @@ def test_a_study_reads_every_round_and_the_sequences_keep_time_uniform_coverage(
     """The study engine on a small problem, every interval read at every round 300..1000:
     the sequences keep the truth inside throughout in ~95% of trials, the fixed-n intervals
     in far fewer."""
-    from lrbandit_gym.experiments.studies import StudyConfig, run_study, summarize_uniform
+    from lrbandit_gym.experiments.coverage import summarize_uniform
+    from lrbandit_gym.experiments.studies import StudyConfig, run_study
 
     config = StudyConfig(
         d1=10,
@@ -178,7 +179,8 @@ def test_a_study_reads_every_round_and_the_sequences_keep_time_uniform_coverage(
 
 def test_validate_reports_time_uniform_coverage_with_its_own_verdict(capsys):
     from lrbandit_gym.experiments.cli import main
-    from lrbandit_gym.experiments.validate import SettingError, validate
+    from lrbandit_gym.experiments.validate import validate
+    from lrbandit_gym.experiments.validate_setting import SettingError
 
     result = validate(
         {"d1": 8, "d2": 6, "rank": 1},

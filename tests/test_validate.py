@@ -8,14 +8,12 @@ import numpy as np
 import pytest
 
 from lrbandit_gym.experiments.cli import main
-from lrbandit_gym.experiments.validate import (
-    GRID,
+from lrbandit_gym.experiments.validate import check_setting, run_validation, validate
+from lrbandit_gym.experiments.validate_grid import GRID
+from lrbandit_gym.experiments.validate_setting import (
     SettingError,
     ValidationSetting,
-    check_setting,
     load_targets,
-    run_validation,
-    validate,
 )
 from lrbandit_gym.experiments.cli.validate_config import load_config
 from lrbandit_gym.experiments.validate_report import verdict
@@ -23,7 +21,7 @@ from lrbandit_gym.experiments.validate_report import verdict
 TINY = {"d1": 8, "d2": 6, "rank": 1}
 
 # The tiny settings' warm starts are judged on a handful of trials.
-pytestmark = pytest.mark.filterwarnings("ignore::agents.warm_start_check.WarmStartWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::agents.warm_start.check.WarmStartWarning")
 
 
 def test_tiny_run_reports_every_quantity_with_monte_carlo_errors():

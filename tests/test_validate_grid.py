@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lrbandit_gym.experiments.validate import GRID, CheckpointReader, run_validation
+from lrbandit_gym.experiments.validate import run_validation
+from lrbandit_gym.experiments.validate_grid import GRID
+from lrbandit_gym.experiments.validate_readers import CheckpointReader
 from lrbandit_gym.experiments.validate_report import verdict
 
 pytestmark = pytest.mark.slow

@@ -9,13 +9,9 @@ power to catch what it claims to catch.
 import numpy as np
 import pytest
 
-from lrbandit_gym.experiments.studies import (
-    StudyConfig,
-    process_map,
-    run_study,
-    summarize_parameters,
-    summarize_value,
-)
+from lrbandit_gym.experiments.coverage import summarize_parameters, summarize_value
+from lrbandit_gym.experiments.montecarlo import chunk_map
+from lrbandit_gym.experiments.studies import StudyConfig, run_study
 from lrbandit_gym.experiments.validate_report import cell_flag
 
 N_TRIALS = 500
@@ -48,7 +44,7 @@ def describe(rows) -> str:
 @pytest.fixture(scope="module")
 def parameter_study():
     config = StudyConfig(checkpoints=(1000,), variants=("paper", "no_ipw", "no_debias"))
-    return run_study(config, N_TRIALS, seed=2026, batch_size=BATCH, map_fn=process_map(2))
+    return run_study(config, N_TRIALS, seed=2026, batch_size=BATCH, map_fn=chunk_map(2))
 
 
 @pytest.mark.slow
@@ -88,7 +84,7 @@ def test_optimal_value_interval_covers_with_decaying_exploration():
         singular_values=((1.0, 1.0, 1.0), (15.0, 15.0, 15.0)),
         checkpoints=(1000,),
     )
-    result = run_study(config, N_TRIALS, seed=7, batch_size=BATCH, map_fn=process_map(2))
+    result = run_study(config, N_TRIALS, seed=7, batch_size=BATCH, map_fn=chunk_map(2))
     (row,) = summarize_value(result)
     assert row["trials"] == N_TRIALS
     assert 0.92 <= row["coverage"] <= 0.97, describe([row])

@@ -22,7 +22,7 @@ import tracemalloc
 import numpy as np
 
 from lrbandit_gym.experiments.bench import best_times
-from lrbandit_gym.experiments.studies import coverage_interval
+from lrbandit_gym.experiments.coverage import coverage_interval
 
 __all__ = ["bench_completion", "completion_coverage", "completion_step_scale"]
 

@@ -38,9 +38,10 @@ import numpy as np
 
 from lrbandit_gym import engine
 from lrbandit_gym.experiments.compare_report import ComparisonResult
-from lrbandit_gym.experiments.compare_run import ComparisonSetting, run_unit
+from lrbandit_gym.experiments.compare_run import ComparisonSetting, merge_units, run_unit
+from lrbandit_gym.experiments.montecarlo import chunk_map
 from lrbandit_gym.experiments.outputs import ArgumentError
-from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted, local_map, ray_map
+from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted
 from lrbandit_gym.experiments.studies import paper_targets
 
 __all__ = [
@@ -410,10 +411,7 @@ def compare(
     start = time.perf_counter()
     stopped = None  # Ctrl-C: the units that finished make a partial result
     try:
-        if backend == "ray":
-            results = dict(enumerate(ray_map(_execute, payloads, jobs, tick)))
-        else:
-            results = dict(enumerate(local_map(_execute, payloads, jobs, tick)))
+        results = dict(enumerate(chunk_map(jobs, backend, tick)(_execute, payloads)))
     except Interrupted as exc:
         if not exc.results:
             raise
@@ -493,21 +491,11 @@ def _progress_bar(total: int, progress: bool | None, units: int):
 
 def _concat(parts: list[tuple[int, dict]]) -> dict[str, Any]:
     """One agent's units, in trial order, as one result."""
-    results = [p[1] for p in parts]
     out: dict[str, Any] = {
         "trials": np.concatenate(
             [np.arange(first, first + r["regret"].shape[0]) for first, r in parts]
         )
     }
-    for key in results[0]:
-        values = [r[key] for r in results]
-        if key == "refusals":
-            out[key] = [n for v in values for n in v]
-        elif key in ("seconds", "agent_seconds"):
-            out[key] = float(sum(values))
-        elif any(v is None for v in values):
-            out[key] = None
-        else:
-            out[key] = np.concatenate(values, axis=0)
+    out.update(merge_units([p[1] for p in parts]))
     out["regret"] = np.cumsum(out["regret"], axis=1)
     return out

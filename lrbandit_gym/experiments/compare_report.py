@@ -30,7 +30,7 @@ from lrbandit_gym.experiments.outputs import (
     write_npz,
     write_text,
 )
-from lrbandit_gym.experiments.studies import coverage_interval, format_coverage
+from lrbandit_gym.experiments.coverage import coverage_interval, format_coverage
 
 __all__ = ["OUTPUT_FILES", "ComparisonResult"]
 

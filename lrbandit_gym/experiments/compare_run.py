@@ -33,9 +33,10 @@ from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from lrbandit_gym.decision import split_decision
+from lrbandit_gym.experiments.montecarlo import merge_trials
 from lrbandit_gym.problem import GroundTruthMixin
 
-__all__ = ["ComparisonSetting", "TrialBatchEnv", "make_trial_env", "run_unit"]
+__all__ = ["ComparisonSetting", "TrialBatchEnv", "make_trial_env", "merge_units", "run_unit"]
 
 
 @dataclass(frozen=True)
@@ -389,7 +390,7 @@ def run_per_trial(
         env = _Seeded(_Counted(make_trial_env(setting.env_kwargs, flatten=flatten)), env_seed)
         agent = factory(env, seed=np.random.SeedSequence(int(agent_seed)))
         parts.append(_play(agent, env, setting, vector=False))
-    return _merge(parts)
+    return merge_units(parts)
 
 
 class _Seeded(gym.Wrapper):
@@ -426,7 +427,7 @@ def run_sb3(factory, setting: ComparisonSetting, env_seeds, model_seeds) -> dict
         _sb3_trial(factory, setting, int(e), int(m))
         for e, m in zip(env_seeds, model_seeds, strict=True)
     ]
-    return _merge(parts)
+    return merge_units(parts)
 
 
 class _Recorder(gym.Wrapper):
@@ -478,20 +479,15 @@ def _sb3_trial(factory, setting, env_seed: int, model_seed: int) -> dict[str, An
     return log.result(valid, [minimum], stack, seconds, agent_seconds)
 
 
-def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Concatenate per-trial results along the trial axis."""
-    out: dict[str, Any] = {}
-    for key in parts[0]:
-        values = [p[key] for p in parts]
-        if key == "refusals":
-            out[key] = [n for v in values for n in v]
-        elif key in ("seconds", "agent_seconds"):
-            out[key] = float(sum(values))
-        elif values[0] is None:
-            out[key] = None
-        else:
-            out[key] = np.concatenate(values, axis=0)
-    return out
+#: How the per-trial results of a unit merge (:func:`merge_units`): these are summed,
+#: these joined as lists, the other arrays concatenated along the trial axis (0).
+SUMMED, LISTED = ("seconds", "agent_seconds"), ("refusals",)
+
+
+def merge_units(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-trial (or per-unit) results as one, trials concatenated in order
+    (:func:`~lrbandit_gym.experiments.montecarlo.merge_trials`)."""
+    return merge_trials(parts, trial_axis=0, summed=SUMMED, listed=LISTED)
 
 
 def run_unit(kind: str, *args) -> dict[str, Any]:

@@ -144,7 +144,7 @@ def digits_study(
 def summarize(data: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     """One row per truth: coverage of the 95% interval with its Wilson interval, the mean and
     s.d. of ``z = (estimate − truth)/se``, the mean width, and the mean truth."""
-    from lrbandit_gym.experiments.studies import coverage_interval
+    from lrbandit_gym.experiments.coverage import coverage_interval
 
     est, se = data["estimate"], data["se"]
     v = data["held_out"]

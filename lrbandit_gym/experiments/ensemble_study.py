@@ -47,16 +47,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lrbandit_gym import engine
+from lrbandit_gym.experiments.montecarlo import merge_trials, run_trials
 
 __all__ = [
     "EnsembleMeanPredictor",
     "EnsembleStudyConfig",
+    "merge_ensemble_chunks",
     "run_ensemble_chunk",
     "run_ensemble_study",
 ]
 
-#: Per-trial arrays whose last axis is the trial axis (concatenated across chunks).
+#: Per-trial arrays whose last axis is the trial axis (concatenated across chunks), in the
+#: order of the merged result.
 _PER_TRIAL = (
     "value_estimate",
     "value_se",
@@ -320,12 +322,6 @@ def _run_chunk(config: EnsembleStudyConfig, n_trials: int, seed) -> dict[str, np
     return out
 
 
-def _run_job(job):
-    """A chunk for ``map_fn``: ``(config, n_trials, seed, engine)``, run with that engine."""
-    *args, kernels = job
-    return engine.call(kernels, run_ensemble_chunk, *args)
-
-
 def run_ensemble_study(
     config: EnsembleStudyConfig,
     n_trials: int,
@@ -337,8 +333,9 @@ def run_ensemble_study(
     """Run ``n_trials`` trials in chunks of ``batch_size`` (the last may be smaller).
 
     Chunk ``i`` is seeded by the ``i``-th child of ``SeedSequence(seed)`` whatever runs it,
-    as in :func:`.studies.run_study`: ``map_fn(fn, list_of_args)`` (a process
-    pool's or Ray's map) may schedule chunks anywhere and the merged result is the same.
+    as in :func:`.studies.run_study` (the engine of :mod:`~lrbandit_gym.experiments.montecarlo`):
+    ``map_fn(fn, list_of_args)`` (a process pool's or Ray's map) may schedule chunks
+    anywhere and the merged result is the same.
     Memory: about 2.6 MB per trial of a chunk at the paper's sizes (the ensemble's
     sufficient statistics, see :func:`agents.ensemble.ensemble_memory_bytes`).
 
@@ -357,26 +354,20 @@ def run_ensemble_study(
         raise ValueError(f"config must be an EnsembleStudyConfig; got {type(config).__name__}")
     n_trials = _positive_int(n_trials, "n_trials")
     batch_size = _positive_int(batch_size, "batch_size")
-    from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted, local_map
-    from lrbandit_gym.experiments.studies import chunk_jobs
+    return run_trials(
+        run_ensemble_chunk,
+        config,
+        n_trials,
+        seed,
+        batch_size,
+        merge_ensemble_chunks,
+        map_fn=map_fn,
+        progress=progress,
+    )
 
-    jobs = chunk_jobs(config, n_trials, batch_size, seed)
-    stopped = None
-    try:
-        if map_fn is None:
-            tick = None if progress is None else (lambda i: progress(i + 1, len(jobs)))
-            chunks = local_map(_run_job, jobs, 1, tick)
-        else:
-            chunks = list(map_fn(_run_job, jobs))
-    except Interrupted as exc:
-        if not exc.results:
-            raise
-        stopped = exc
-        chunks = list(exc.results.values())
-    merged = {k: chunks[0][k] for k in ("optimal_value", "checkpoints")}
-    for key in _PER_TRIAL:
-        merged[key] = np.concatenate([c[key] for c in chunks], axis=-1)
-    if stopped is not None:
-        done = sum(jobs[i][1] for i in stopped.results)
-        raise RunInterrupted(merged, done, n_trials) from None
-    return merged
+
+def merge_ensemble_chunks(chunks: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The chunks' results as one: ``optimal_value`` and ``checkpoints`` kept once, the
+    per-trial arrays concatenated along their last axis."""
+    merged = merge_trials(chunks, shared=("optimal_value", "checkpoints"))
+    return {key: merged[key] for key in ("optimal_value", "checkpoints", *_PER_TRIAL)}

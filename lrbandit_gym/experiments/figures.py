@@ -2,7 +2,7 @@
 
 The functions take the raw result dicts of :func:`~lrbandit_gym.experiments.studies.run_study` and
 :func:`~.ensemble_study.run_ensemble_study` (arrays with the trials on the last
-axis; see :func:`lrbandit_gym.experiments.studies.summarize_parameters`) and draw:
+axis; see :func:`lrbandit_gym.experiments.coverage.summarize_parameters`) and draw:
 
 * :func:`zscore_figure`: histograms of the z-scores ``(estimate - truth) / se`` with the
   ``N(0, 1)`` density, one panel per target x arm (and the arm difference) at each ``n``,
@@ -13,8 +13,8 @@ axis; see :func:`lrbandit_gym.experiments.studies.summarize_parameters`) and dra
   trials)`` cut at 0 and 1;
 * :func:`length_figure`: mean interval length ``2 z se`` against ``n``.
 
-Coverage and lengths come from :func:`lrbandit_gym.experiments.studies.summarize_parameters` and
-:func:`~lrbandit_gym.experiments.studies.summarize_value`: computation lives there, this module only
+Coverage and lengths come from :func:`lrbandit_gym.experiments.coverage.summarize_parameters` and
+:func:`~lrbandit_gym.experiments.coverage.summarize_value`: computation lives there, this module only
 draws.  Figures are built on :class:`matplotlib.figure.Figure` directly (no ``pyplot``), so
 nothing here touches a caller's global matplotlib state or needs a display.  Without
 matplotlib every function raises :class:`MatplotlibMissing`, an ``ImportError`` whose
@@ -30,7 +30,7 @@ import numpy as np
 from scipy import stats
 
 from lrbandit_gym.experiments.outputs import write_figure
-from lrbandit_gym.experiments.studies import summarize_parameters, summarize_value
+from lrbandit_gym.experiments.coverage import summarize_parameters, summarize_value
 
 __all__ = [
     "MISSING_MATPLOTLIB",
@@ -315,7 +315,7 @@ def _mc_band(level: float, trials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def coverage_error_bars(rows: Sequence[Mapping], key: str = "coverage") -> np.ndarray:
     """``yerr`` of ``errorbar``/``bar``, shape ``(2, len(rows))``: the distances from each
     coverage down to ``{key}_low`` and up to ``{key}_high``, its Wilson interval
-    (:func:`~lrbandit_gym.experiments.studies.coverage_interval`), which stays inside
+    (:func:`~lrbandit_gym.experiments.coverage.coverage_interval`), which stays inside
     ``[0, 1]`` where ``±1.96 sqrt(c (1 − c)/N)`` would pass 1 or vanish; 0 where undefined."""
     y = np.array([r[key] for r in rows], dtype=float)
     low = np.array([r.get(f"{key}_low", np.nan) for r in rows], dtype=float)

@@ -4,7 +4,8 @@ comparisons, and stopping such a run on Ctrl-C.
 Each item carries its own seed, so what a map returns does not depend on how many
 processes run it, in what order items finish, or on the backend.  Local workers run with
 one BLAS thread and keep their warm-start buffer between items
-(:func:`~lrbandit_gym.experiments.studies.single_threaded_blas`).
+(:func:`single_threaded_blas`).  :mod:`~lrbandit_gym.experiments.montecarlo` runs the
+studies' chunks through these maps.
 
 Ctrl-C (``KeyboardInterrupt`` in the calling process) stops a map within a fraction of a
 second: the items not started are cancelled, the running ones are ended, and the map raises
@@ -19,7 +20,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Interrupted", "RunInterrupted", "local_map", "process_pool_map", "ray_map"]
+__all__ = [
+    "Interrupted",
+    "RunInterrupted",
+    "interrupted_line",
+    "local_map",
+    "process_pool_map",
+    "ray_map",
+    "single_threaded_blas",
+]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -93,7 +102,7 @@ def process_pool_map(
 ) -> list:
     """``[fn(item) for item in items]`` in ``min(jobs, len(items))`` worker processes, even
     for one, each set up by ``initializer(*initargs)`` (default: one BLAS thread,
-    :func:`~lrbandit_gym.experiments.studies.single_threaded_blas`); ``on_done(i)`` is called
+    :func:`single_threaded_blas`); ``on_done(i)`` is called
     as item ``i`` completes, and ``poll()`` (if given) about every 0.2 s while items run and
     once at the end.
 
@@ -115,8 +124,6 @@ def process_pool_map(
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     if initializer is None:
-        from lrbandit_gym.experiments.studies import single_threaded_blas
-
         initializer = single_threaded_blas
     results: list = [None] * len(items)
     finished: dict[int, Any] = {}
@@ -181,6 +188,56 @@ def _end_when_set(stop) -> None:
 
     stop.wait()
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+def single_threaded_blas() -> None:
+    """Worker initializer: one BLAS thread per process (2 processes on 2 cores, not 2×2),
+    one warm-start buffer reused by all the chunks the process runs, and freed memory kept
+    for reuse (:func:`_keep_freed_memory`)."""
+    from threadpoolctl import threadpool_limits
+
+    from agents.warm_start import reuse_buffer_memory
+
+    threadpool_limits(1)
+    reuse_buffer_memory(True)
+    _keep_freed_memory()
+
+
+# glibc's mallopt parameters (malloc.h) and the largest mmap threshold it accepts on 64-bit.
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+_MMAP_THRESHOLD_MAX = 32 << 20
+
+
+def _keep_freed_memory() -> bool:
+    """Make glibc's ``malloc`` keep freed memory in the process for reuse (study workers).
+
+    The warm-start fit allocates and frees arrays of ~10 MB per trial and arm.  By default
+    glibc hands such blocks back to the kernel as soon as they are freed, so the next trial
+    faults every page in again and the kernel zeroes it (docs/performance.md gives the
+    counts).  Serving blocks up to 32 MB
+    from the heap and keeping up to 1 GB of freed heap removes them; the numbers computed do
+    not change.  Larger blocks (the warm-start buffer) are still mapped on their own.
+
+    Called by the initializer of the worker processes that :func:`process_pool_map` starts
+    (the studies' ``--jobs`` above 1), never in the caller's own process.  Returns whether
+    the options were set: False where the C library is not glibc (the workers then run as
+    before).
+    """
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    return all(
+        mallopt(param, value) == 1
+        for param, value in (
+            (_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX),
+            (_M_TRIM_THRESHOLD, 1 << 30),
+            (_M_TOP_PAD, 64 << 20),
+        )
+    )
 
 
 def ray_map(

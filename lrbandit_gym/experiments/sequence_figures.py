@@ -20,7 +20,7 @@ from lrbandit_gym.experiments.figures import (
     panel_figure,
 )
 from lrbandit_gym.experiments.outputs import write_figure
-from lrbandit_gym.experiments.studies import summarize_uniform
+from lrbandit_gym.experiments.coverage import summarize_uniform
 
 __all__ = ["sequence_figure", "uniform_figure", "uniform_figures"]
 

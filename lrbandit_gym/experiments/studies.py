@@ -1,41 +1,35 @@
-"""Monte Carlo studies of the online intervals: the engine of the validity tests and of
-``lrbandit reproduce``.
+"""The paper's simulation setting (Section 5, docs/method.md §6) on the Monte Carlo engine:
+the setting of the validity tests and of ``lrbandit reproduce``'s tables.
 
-A study runs B trials at once on the vector environment, with a batched ε-greedy low-rank
-agent and the inference wrappers sharing its estimator (the paper's procedure, docs/method.md
-§6), and records every interval at chosen checkpoints ``n`` (one run of 3000 rounds gives
-n = 1000, 2000 and 3000).  Trials are processed in chunks of fixed size whose seeds are
-spawned from one ``SeedSequence``, so results do not depend on how chunks are scheduled.
+A chunk (:func:`run_chunk`) runs B trials at once on the vector environment, with a batched
+ε-greedy low-rank agent and the inference wrappers sharing its estimator (the paper's
+procedure), and records every interval at chosen checkpoints ``n`` (one run of 3000 rounds
+gives n = 1000, 2000 and 3000).  :func:`run_study` runs the chunks on
+:mod:`~lrbandit_gym.experiments.montecarlo`, seeded from one ``SeedSequence``, so results
+do not depend on how chunks are scheduled; the tables are read from the merged arrays by
+:mod:`~lrbandit_gym.experiments.coverage`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
 
-from lrbandit_gym import engine
+from lrbandit_gym.experiments.montecarlo import merge_trials, run_trials
 
 __all__ = [
+    "PHASES",
     "StudyConfig",
+    "UniformTracker",
     "make_study_env",
+    "merge_chunks",
     "paper_targets",
-    "chunk_jobs",
-    "process_map",
     "run_chunk",
     "run_study",
-    "coverage_interval",
-    "coverage_stats",
-    "format_coverage",
-    "summarize_parameters",
-    "summarize_value",
-    "summarize_uniform",
-    "UniformTracker",
 ]
 
 #: What :func:`run_study` times in every chunk (wall-clock seconds in the process running it):
@@ -380,17 +374,14 @@ class UniformTracker:
         return out
 
 
-def _concat(chunks: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    first = chunks[0]
-    merged = {}
-    for key, value in first.items():
-        if key == "phase_seconds":  # timings, not results: summed, kept apart by run_study
-            merged[key] = np.sum([c[key] for c in chunks], axis=0)
-        elif key in ("truth", "optimal_value", "checkpoints", "uniform_rounds"):
-            merged[key] = value
-        else:
-            merged[key] = np.concatenate([c[key] for c in chunks], axis=-1)
-    return merged
+#: Read-outs the same in every chunk of a study (kept once by the merge).
+SHARED = ("truth", "optimal_value", "checkpoints", "uniform_rounds")
+
+
+def merge_chunks(chunks: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The chunks' results as one: trials concatenated (last axis), :data:`SHARED` kept
+    once, ``phase_seconds`` summed (timings, not results: kept apart by :func:`run_study`)."""
+    return merge_trials(chunks, shared=SHARED, summed=("phase_seconds",))
 
 
 def run_study(
@@ -402,11 +393,13 @@ def run_study(
     progress: Callable[[int, int], None] | None = None,
     timing: dict | None = None,
 ) -> dict[str, np.ndarray]:
-    """Run ``n_trials`` trials in chunks of ``batch_size`` (the last may be smaller).
+    """Run ``n_trials`` trials in chunks of ``batch_size`` (the last may be smaller) on the
+    Monte Carlo engine (:func:`~lrbandit_gym.experiments.montecarlo.run_trials`).
 
     Chunk ``i`` is seeded by the ``i``-th child of ``SeedSequence(seed)``, whatever runs it:
-    ``map_fn(fn, list_of_args)`` (e.g. a process pool's or Ray's map) may schedule chunks
-    anywhere and the merged result is the same.
+    ``map_fn(fn, list_of_args)`` (e.g. :func:`~.montecarlo.chunk_map` on processes or Ray)
+    may schedule chunks anywhere and the merged result is the same; without it the chunks
+    run in this process, ``progress(done, total)`` after each.
 
     ``timing``, if given, is filled with the seconds spent in each of :data:`PHASES`, summed
     over chunks (so over processes: with J busy processes they add up to about J times the
@@ -417,317 +410,14 @@ def run_study(
     chunks that finished, with ``done`` of the ``n_trials`` trials; it lets the
     ``KeyboardInterrupt`` through when no chunk finished.
     """
-    from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted, local_map
 
-    jobs = chunk_jobs(config, n_trials, batch_size, seed)
-    stopped = None
-    try:
-        if map_fn is None:  # in this process, one warm-start buffer for all chunks
-            tick = None if progress is None else (lambda i: progress(i + 1, len(jobs)))
-            chunks = local_map(_run_job, jobs, 1, tick)
-        else:
-            chunks = list(map_fn(_run_job, jobs))
-    except Interrupted as exc:
-        if not exc.results:
-            raise
-        stopped = exc
-        chunks = list(exc.results.values())
-    merged = _concat(chunks)
-    seconds = merged.pop("phase_seconds")
-    if timing is not None:
-        timing.update(zip(PHASES, seconds.tolist(), strict=True))
-    if stopped is not None:
-        done = sum(jobs[i][1] for i in stopped.results)
-        raise RunInterrupted(merged, done, n_trials) from None
-    return merged
+    def merge(chunks):
+        merged = merge_chunks(chunks)
+        seconds = merged.pop("phase_seconds")
+        if timing is not None:
+            timing.update(zip(PHASES, seconds.tolist(), strict=True))
+        return merged
 
-
-def chunk_jobs(config, n_trials: int, batch_size: int, seed) -> list[tuple]:
-    """The chunks of a study: ``(config, size, seed, engine)`` for chunks of ``batch_size``
-    trials (the last may be smaller), chunk ``i`` seeded by the ``i``-th child of
-    ``SeedSequence(seed)`` and run with the caller's engine (Ray's workers too)."""
-    sizes = [batch_size] * (n_trials // batch_size)
-    if n_trials % batch_size:
-        sizes.append(n_trials % batch_size)
-    seeds = np.random.SeedSequence(seed).spawn(len(sizes))
-    kernels = engine.active_engine()
-    return [(config, size, s, kernels) for size, s in zip(sizes, seeds, strict=True)]
-
-
-def _run_job(job):
-    """A chunk for ``map_fn``: ``(config, n_trials, seed, engine)``, run with that engine
-    (the process pools' initializer, :func:`single_threaded_blas`, makes their workers keep
-    one warm-start buffer for all their chunks)."""
-    *args, kernels = job
-    return engine.call(kernels, run_chunk, *args)
-
-
-def single_threaded_blas() -> None:
-    """Worker initializer: one BLAS thread per process (2 processes on 2 cores, not 2×2),
-    one warm-start buffer reused by all the chunks the process runs, and freed memory kept
-    for reuse (:func:`_keep_freed_memory`)."""
-    from threadpoolctl import threadpool_limits
-
-    from agents.warm_start import reuse_buffer_memory
-
-    threadpool_limits(1)
-    reuse_buffer_memory(True)
-    _keep_freed_memory()
-
-
-# glibc's mallopt parameters (malloc.h) and the largest mmap threshold it accepts on 64-bit.
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
-_MMAP_THRESHOLD_MAX = 32 << 20
-
-
-def _keep_freed_memory() -> bool:
-    """Make glibc's ``malloc`` keep freed memory in the process for reuse (study workers).
-
-    The warm-start fit allocates and frees arrays of ~10 MB per trial and arm.  By default
-    glibc hands such blocks back to the kernel as soon as they are freed, so the next trial
-    faults every page in again and the kernel zeroes it (docs/performance.md gives the
-    counts).  Serving blocks up to 32 MB
-    from the heap and keeping up to 1 GB of freed heap removes them; the numbers computed do
-    not change.  Larger blocks (the warm-start buffer) are still mapped on their own.
-
-    Called by the initializer of the worker processes that :func:`process_map` and
-    ``lrbandit reproduce --backend local`` start, never in the caller's own process.
-    Returns whether the options were set: False where the C library is not glibc (the
-    workers then run as before).
-    """
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    return all(
-        mallopt(param, value) == 1
-        for param, value in (
-            (_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX),
-            (_M_TRIM_THRESHOLD, 1 << 30),
-            (_M_TOP_PAD, 64 << 20),
-        )
+    return run_trials(
+        run_chunk, config, n_trials, seed, batch_size, merge, map_fn=map_fn, progress=progress
     )
-
-
-def process_map(jobs: int):
-    """A ``map_fn`` for :func:`run_study` that runs chunks on ``jobs`` local processes
-    (worker processes even for ``jobs == 1``, each with one BLAS thread); Ctrl-C stops it
-    at once (:func:`~.parallel.process_pool_map`)."""
-    from lrbandit_gym.experiments.parallel import process_pool_map
-
-    def map_fn(fn, items):
-        return process_pool_map(fn, items, jobs)
-
-    return map_fn
-
-
-#: Level of the Monte Carlo interval reported beside every coverage (:func:`coverage_interval`).
-MC_LEVEL = 0.95
-
-
-def coverage_interval(covered, trials, level: float = MC_LEVEL) -> tuple[float, float]:
-    """The Wilson score interval of a coverage: ``covered`` of ``trials`` intervals held.
-
-    The normal-approximation error ``sqrt(c (1 − c)/N)`` collapses to zero at ``c = 0`` or
-    ``1`` (20 trials that all cover would read ``1.000 ± 0.000``) and its bars pass 1 near
-    the edges; the Wilson interval inverts the score test instead, so it stays inside
-    ``[0, 1]`` and keeps a width at the edges (20 of 20: ``[0.839, 1]`` at 95%).  It is the
-    interval of ``scipy.stats.binomtest(covered, trials).proportion_ci(method="wilson")``.
-    ``(nan, nan)`` without trials.
-    """
-    n = float(trials)
-    if not n > 0:
-        return math.nan, math.nan
-    p = float(covered) / n
-    z = float(stats.norm.ppf(0.5 + level / 2))
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def format_coverage(row: dict, key: str = "coverage", digits: int = 3) -> str:
-    """``"0.950 [0.93, 0.96]"``: a coverage and its Wilson interval (``{key}_low`` and
-    ``{key}_high`` of ``row``), or ``"n/a"`` for a coverage that is not finite."""
-    value = row[key]
-    if not math.isfinite(value):
-        return "n/a"
-    low, high = row.get(f"{key}_low", math.nan), row.get(f"{key}_high", math.nan)
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return f"{value:.{digits}f}"
-    inner = max(2, digits - 1)
-    return f"{value:.{digits}f} [{low:.{inner}f}, {high:.{inner}f}]"
-
-
-def coverage_stats(
-    estimate: np.ndarray, standard_error: np.ndarray, low: np.ndarray, high: np.ndarray, truth
-) -> dict[str, float]:
-    """Monte Carlo summary of one cell: the trials' intervals for one quantity at one ``n``.
-
-    Trials whose interval is not finite (too little data) are left out and counted apart.
-    ``coverage`` is the fraction of intervals ``[low, high]`` that contain ``truth``, with
-    its 95% Wilson interval ``coverage_low``/``coverage_high`` (:func:`coverage_interval`,
-    what tables and figures show) and the normal-approximation standard error
-    ``coverage_mcse = sqrt(c (1 − c)/N)`` (kept for the files); ``z = (estimate − truth)/se`` has
-    mean (s.e. ``sd/√N``) and standard deviation (s.e. ``sd/√(2(N − 1))``, exact for normal
-    z); ``mean_length`` is the mean of ``high − low`` and ``mse`` that of
-    ``(estimate − truth)²``.  The paper studies' tables and ``lrbandit validate`` use it.
-    """
-    est, se = np.asarray(estimate, float), np.asarray(standard_error, float)
-    lo, hi = np.asarray(low, float), np.asarray(high, float)
-    ok = np.isfinite(est) & np.isfinite(se) & np.isfinite(lo) & np.isfinite(hi) & (se > 0)
-    n = int(ok.sum())
-    out = {
-        "trials": n,
-        "no_interval": int(ok.size - n),
-        "coverage": math.nan,
-        "coverage_mcse": math.nan,
-        "coverage_low": math.nan,
-        "coverage_high": math.nan,
-        "z_mean": math.nan,
-        "z_mean_mcse": math.nan,
-        "z_sd": math.nan,
-        "z_sd_mcse": math.nan,
-        "mean_length": math.nan,
-        "mse": math.nan,
-    }
-    if n == 0:
-        return out
-    covered = (lo[ok] <= truth) & (truth <= hi[ok])
-    c = float(covered.mean())
-    z = (est[ok] - truth) / se[ok]
-    low_c, high_c = coverage_interval(int(covered.sum()), n)
-    out.update(
-        coverage=c,
-        coverage_mcse=math.sqrt(c * (1 - c) / n),
-        coverage_low=low_c,
-        coverage_high=high_c,
-        z_mean=float(z.mean()),
-        mean_length=float(np.mean(hi[ok] - lo[ok])),
-        mse=float(np.mean((est[ok] - truth) ** 2)),
-    )
-    if n > 1:
-        sd = float(z.std(ddof=1))
-        out.update(
-            z_mean_mcse=sd / math.sqrt(n),
-            z_sd=sd,
-            z_sd_mcse=sd / math.sqrt(2 * (n - 1)),
-        )
-    return out
-
-
-def _coverage_stats(est, se, truth, confidence_level):
-    """:func:`coverage_stats` of the Wald intervals ``est ± z·se``."""
-    z = stats.norm.ppf(0.5 + confidence_level / 2)
-    est, se = np.asarray(est, float), np.asarray(se, float)
-    return coverage_stats(est, se, est - z * se, est + z * se, truth)
-
-
-def summarize_parameters(
-    result: dict, confidence_level: float = 0.95, variant: str = ""
-) -> list[dict]:
-    """One row per checkpoint × target × (arm or difference) with coverage, length, MSE and
-    z-score moments, each with its Monte Carlo standard error (``variant``: see
-    :attr:`StudyConfig.variants`; "" is the study's own procedure)."""
-    p = f"{variant}:" if variant else ""
-    rows = []
-    names = ["T1", "T2"][: result[p + "estimate"].shape[1]]
-    k = result[p + "estimate"].shape[2]
-    for c, n in enumerate(result["checkpoints"]):
-        for j, name in enumerate(names):
-            for arm in range(k):
-                s = _coverage_stats(
-                    result[p + "estimate"][c, j, arm],
-                    result[p + "se"][c, j, arm],
-                    result["truth"][j, arm],
-                    confidence_level,
-                )
-                rows.append({"n": int(n), "target": name, "quantity": f"arm {arm}", **s})
-            truth = result["truth"][j, 1] - result["truth"][j, 0]
-            s = _coverage_stats(
-                result[p + "diff_estimate"][c, j],
-                result[p + "diff_se"][c, j],
-                truth,
-                confidence_level,
-            )
-            rows.append({"n": int(n), "target": name, "quantity": "arm 1 - arm 0", **s})
-    return rows
-
-
-def summarize_value(result: dict, confidence_level: float = 0.95) -> list[dict]:
-    """Coverage and z-score moments of the optimal-value interval at every checkpoint."""
-    rows = []
-    for c, n in enumerate(result["checkpoints"]):
-        s = _coverage_stats(
-            result["value_estimate"][c],
-            result["value_se"][c],
-            float(result["optimal_value"]),
-            confidence_level,
-        )
-        rows.append({"n": int(n), "target": "V*", "quantity": "optimal value", **s})
-    return rows
-
-
-def summarize_uniform(result: dict, confidence_level: float = 0.95) -> list[dict]:
-    """Time-uniform coverage, one row per target × (arm or difference) and for ``V*``.
-
-    Columns: ``n0``/``N`` (the rounds checked, every round from ``n0`` to ``N``),
-    ``tuning_n``, the fixed-n coverage at ``N`` (``fixed_at_N``), the time-uniform coverage
-    of the fixed-n intervals (``uniform_fixed``) and of the confidence sequences
-    (``uniform_sequence``), each with its Monte Carlo s.e. and Wilson interval (``_low``,
-    ``_high``), and the sequence's width
-    relative to the fixed-n interval at ``N`` (``width_ratio``).  Empty when the study ran
-    without ``uniform_from``.
-    """
-    if "uniform_rounds" not in result:
-        return []
-    from inference.results import critical_value
-    from inference.sequences import sequence_factor
-
-    n0, big_n, tuning = (int(v) for v in result["uniform_rounds"])
-    alpha = 1.0 - confidence_level
-    ratio = float(np.sqrt(big_n) * sequence_factor(big_n, alpha, tuning))
-    ratio /= critical_value(confidence_level)
-    base = {"n0": n0, "N": big_n, "tuning_n": tuning, "width_ratio": ratio}
-    fixed_rows = summarize_parameters(result, confidence_level) if "estimate" in result else []
-    if np.isfinite(result["optimal_value"]):
-        fixed_rows += summarize_value(result, confidence_level)
-    at_n = {(r["target"], r["quantity"]): r["coverage"] for r in fixed_rows if r["n"] == big_n}
-
-    def row(target, quantity, fixed, seq):
-        out = {"target": target, "quantity": quantity, **base}
-        out["fixed_at_N"] = at_n.get((target, quantity), np.nan)
-        for label, cov in (("uniform_fixed", fixed), ("uniform_sequence", seq)):
-            p = float(np.mean(cov))
-            out[label] = p
-            out[label + "_mcse"] = float(np.sqrt(p * (1 - p) / cov.size))
-            interval = coverage_interval(int(np.sum(cov)), cov.size)
-            out[label + "_low"], out[label + "_high"] = interval
-        return out
-
-    rows = []
-    fixed, seq = result["uniform:fixed:covered"], result["uniform:sequence:covered"]
-    names = ["T1", "T2"][: fixed.shape[0]]
-    for j, name in enumerate(names):
-        for arm in range(fixed.shape[1]):
-            rows.append(row(name, f"arm {arm}", fixed[j, arm], seq[j, arm]))
-        rows.append(
-            row(
-                name,
-                "arm 1 - arm 0",
-                result["uniform:fixed:diff_covered"][j],
-                result["uniform:sequence:diff_covered"][j],
-            )
-        )
-    if np.isfinite(result["optimal_value"]):
-        rows.append(
-            row(
-                "V*",
-                "optimal value",
-                result["uniform:fixed:value_covered"],
-                result["uniform:sequence:value_covered"],
-            )
-        )
-    return rows

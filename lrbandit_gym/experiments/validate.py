@@ -11,525 +11,76 @@ and quantity the coverage, the mean and standard deviation of the z-scores
 ``(estimate − truth)/se`` and the mean length, each with its Monte Carlo standard error, and
 a one-line verdict (the rule: :func:`~lrbandit_gym.experiments.validate_report.verdict`).
 
-How a chunk runs.  Trials run in chunks of ``batch_size``; chunk ``i`` is seeded by the
-``i``-th child of ``SeedSequence(seed)`` (:func:`~lrbandit_gym.experiments.studies.chunk_jobs`)
-and runs with one BLAS thread, so results depend on ``seed`` and ``batch_size`` only, not on
-``jobs``.  The loop is the standard ``act → step → update`` with
-:class:`~inference.VectorParameterInference` (every target, every arm and every difference
-of arms) and :class:`~inference.VectorValueInference` (``V*``) stacked on the env.  The
+How a chunk runs.  Trials run in chunks of ``batch_size`` on the Monte Carlo engine
+(:mod:`~lrbandit_gym.experiments.montecarlo`): chunk ``i`` is seeded by the ``i``-th child
+of ``SeedSequence(seed)`` and runs with one BLAS thread, in this process, in ``jobs`` local
+processes or on Ray (``backend``), so results depend on ``seed`` and ``batch_size`` only,
+not on ``jobs`` or ``backend``.  The loop (:func:`run_chunk`) is the standard
+``act → step → update`` with the inference wrappers of
+:class:`~lrbandit_gym.experiments.validate_stack.InferenceStack` stacked on the env.  The
 wrappers share the policy's estimator (``estimator="shared"``, the paper's procedure; then
 inference starts when the policy's warm start ends) or run their own, warm-started on the
 first ``warm_start`` rounds they see (``"own"``; the only choice for a policy without a
 low-rank estimator).  Either way the warm start is checked on held-out rounds
-(:mod:`agents.warm_start_check`) and a :class:`~agents.warm_start_check.WarmStartWarning`
+(:mod:`agents.warm_start.check`) and a :class:`~agents.warm_start.check.WarmStartWarning`
 is reported when it leaves the estimate too far from the truth for the theory.
 
 Per-round read-outs.  Every round after inference has started, each *reader* of the chunk
-(:class:`Reader`) is asked whether it wants to read (``due(n)``) and then reads the wrappers
-(``read(n, stack)``).  :class:`CheckpointReader` reads the intervals at the checkpoints; a
-reader that reads every round from some ``n0`` (for instance to measure time-uniform
-coverage) is another :class:`Reader` passed in ``readers``.
+(:class:`~lrbandit_gym.experiments.validate_readers.Reader`) is asked whether it wants to
+read (``due(n)``) and then reads the wrappers (``read(n, stack)``).
+:class:`~lrbandit_gym.experiments.validate_readers.CheckpointReader` reads the intervals at
+the checkpoints; a reader that reads every round from some ``n0`` (for instance to measure
+time-uniform coverage) is another reader passed in ``readers``.
 
-The grid of settings outside the paper (:data:`GRID`) runs with ``lrbandit validate --grid``.
+The setting is :class:`~lrbandit_gym.experiments.validate_setting.ValidationSetting`; the
+grid of settings outside the paper
+(:data:`~lrbandit_gym.experiments.validate_grid.GRID`) runs with ``lrbandit validate
+--grid``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lrbandit_gym import engine
-from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted
-from lrbandit_gym.experiments.studies import chunk_jobs, coverage_stats, paper_targets
-from lrbandit_gym.experiments.validate_report import (
-    Quantity,
-    ValidationResult,
-    flag_cells,
-    verdict,
+from lrbandit_gym.experiments.montecarlo import (
+    BACKENDS,
+    ChunkResults,
+    merge_trials,
+    plan_chunks,
+    run_chunks,
 )
+from lrbandit_gym.experiments.validate_readers import CheckpointReader, Reader
+from lrbandit_gym.experiments.validate_report import ValidationResult, flag_cells, verdict
+from lrbandit_gym.experiments.validate_setting import (
+    ENV_KEYS,
+    ESTIMATORS,
+    LOW_RANK_POLICIES,
+    POLICIES,
+    SettingError,
+    ValidationSetting,
+    load_targets,
+    make_env,
+    make_policy,
+    problem_sizes,
+    warm_start_rounds,
+)
+from lrbandit_gym.experiments.validate_stack import InferenceStack
+from lrbandit_gym.experiments.validate_uniform import UniformReader, uniform_verdict
 
 __all__ = [
-    "ENV_KEYS",
-    "ESTIMATORS",
-    "GRID",
-    "POLICIES",
-    "CheckpointReader",
-    "InferenceStack",
-    "Reader",
-    "SettingError",
-    "ValidationResult",
-    "ValidationSetting",
     "check_setting",
     "default_batch_size",
-    "load_targets",
     "run_chunk",
     "run_validation",
     "validate",
 ]
-
-#: Policies by name: ``"epsilon-greedy"`` (:class:`agents.EpsilonGreedy`: ``epsilon``,
-#: ``decay``), ``"softmax"`` (:class:`agents.Softmax`: ``temperature``), both low-rank
-#: (``step_scale``, ``step_offset``, ``step_decay`` too); ``"uniform"``
-#: (:class:`agents.UniformRandom`) and ``"linear-epsilon-greedy"``
-#: (:class:`agents.LinearEpsilonGreedy`: ``epsilon``, ``ridge``).
-POLICIES = ("epsilon-greedy", "softmax", "uniform", "linear-epsilon-greedy")
-#: Policies whose propensities have a floor: the checks add the values of two fixed target
-#: policies (always arm 0, uniform) under them (:class:`InferenceStack`).
-_EXPLORING = ("epsilon-greedy", "uniform", "linear-epsilon-greedy")
-_LOW_RANK = ("epsilon-greedy", "softmax")
-
-#: Who estimates ``M̂`` for inference: "shared" (the policy's estimator), "own" (the
-#: wrappers' own), "auto" (shared when the policy has a low-rank estimator).
-ESTIMATORS = ("auto", "shared", "own")
-
-#: The environment arguments a setting may give (``MatrixContextBandit-v0``'s).
-ENV_KEYS = (
-    "d1",
-    "d2",
-    "rank",
-    "n_actions",
-    "context",
-    "noise_std",
-    "noise",
-    "singular_values",
-    "truth_seed",
-)
-
-#: Largest warm-start storage (bytes) a chunk's default batch size allows.
-_CHUNK_BYTES = 2**30
-_DEFAULT_BATCH = 100
-
-
-class SettingError(ValueError):
-    """An invalid setting; ``field`` names the offending field (``"env.rank"``,
-    ``"policy_kwargs.epsilon"``, ``"targets"``, ``"n"``, ...)."""
-
-    def __init__(self, field_name: str, message: str):
-        super().__init__(message)
-        self.field = field_name
-
-
-@dataclass(frozen=True)
-class ValidationSetting:
-    """One configuration to validate.
-
-    Attributes
-    ----------
-    env : mapping
-        Arguments of ``MatrixContextBandit-v0`` (:data:`ENV_KEYS`; defaults: the env's,
-        ``d1 = d2 = 50``, ``rank = 3``, ``K = 2``, ``σ = 0.1``).  ``noise_std`` may give one
-        value per arm.
-    policy : str or callable, default "epsilon-greedy"
-        A name from :data:`POLICIES`, or ``factory(env, seed=seed) -> agent`` for any agent
-        with ``act``/``update`` that reports propensities on a vector env (picklable when
-        ``jobs > 1``).
-    policy_kwargs : mapping
-        Keyword arguments of the policy (e.g. ``epsilon``, ``temperature``).
-    rank : int, optional
-        Rank of the estimates (default: the environment's).
-    warm_start : int, optional
-        Warm-start rounds of the policy and of the wrappers' own estimator (default: sized
-        from the problem, :func:`agents.default_warm_start_rounds`).
-    targets : str or mapping, default "paper"
-        ``"paper"`` (``T1 = e1e1ᵀ``, ``T2 = e1e1ᵀ + 2e2e2ᵀ − 3e3e3ᵀ``), ``"entry"``
-        (``e11 = e1e1ᵀ``), ``"random"`` or ``"random:SEED"`` (a rank-one ``u vᵀ`` with unit
-        ``u``, ``v``), a path to a ``.npz`` of named ``(d1, d2)`` matrices, a mapping of
-        names to matrices, or None for ``V*`` only (:func:`load_targets`).
-    value : bool, default True
-        Also check the interval for the optimal value ``V*``.
-    n : tuple of int, default (1000, 2000)
-        Checkpoints: rounds of inference at which the intervals are read, all from one run.
-    estimator : {"auto", "shared", "own"}, default "auto"
-        See the module docstring.
-    uniform_from : int, optional
-        Also check time-uniform coverage: every interval is read at every round of
-        inference from ``uniform_from`` (n₀) to the last checkpoint, as the fixed-n interval
-        and as the confidence sequence (:mod:`lrbandit_gym.experiments.validate_uniform`).
-    tuning_n : int, optional
-        Round at which the confidence sequences are tightest (default 1000).
-    description : str
-        A line saying what the setting is for (the grid's).
-    """
-
-    env: Mapping[str, Any] = field(default_factory=dict)
-    policy: Any = "epsilon-greedy"
-    policy_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    rank: int | None = None
-    warm_start: int | None = None
-    targets: Any = "paper"
-    value: bool = True
-    n: tuple[int, ...] = (1000, 2000)
-    estimator: str = "auto"
-    uniform_from: int | None = None
-    tuning_n: int | None = None
-    description: str = ""
-
-    def replace(self, **changes) -> ValidationSetting:
-        return dataclasses.replace(self, **changes)
-
-    def describe(self) -> str:
-        """A one-line description of the setting."""
-        env = ", ".join(f"{k}={_short(v)}" for k, v in self.env.items())
-        pol = self.policy if isinstance(self.policy, str) else getattr(self.policy, "__name__", "?")
-        kw = ", ".join(f"{k}={_short(v)}" for k, v in self.policy_kwargs.items())
-        targets = self.targets if isinstance(self.targets, str | None) else "user"
-        return (
-            f"env({env}); policy {pol}({kw}); rank {self.rank or 'of env'}; warm start "
-            f"{self.warm_start or 'default'}; targets {targets}; V* {'yes' if self.value else 'no'}"
-            f"; n = {', '.join(map(str, self.n))}; estimator {self.estimator}"
-        )
-
-
-def _short(v) -> str:
-    if isinstance(v, list | tuple | np.ndarray):
-        return "(" + ", ".join(_short(x) for x in np.asarray(v).ravel().tolist()) + ")"
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
-# --------------------------------------------------------------------------- targets
-def load_targets(spec: Any, d1: int, d2: int) -> dict[str, np.ndarray]:
-    """The named targets of a setting (see :attr:`ValidationSetting.targets`).
-
-    Raises
-    ------
-    SettingError
-        (``field == "targets"``) for an unknown preset, a missing or unreadable file, or a
-        matrix that is not finite with shape ``(d1, d2)``.
-    """
-    if spec is None:
-        return {}
-    if isinstance(spec, Mapping):
-        found = dict(spec)
-    elif isinstance(spec, str | Path) and str(spec).endswith(".npz"):
-        try:
-            with np.load(spec, allow_pickle=False) as data:
-                found = {name: np.array(data[name]) for name in data.files}
-        except (OSError, ValueError) as exc:
-            raise SettingError(
-                "targets", f"cannot read targets file {str(spec)!r}: {exc}"
-            ) from None
-        if not found:
-            raise SettingError("targets", f"targets file {str(spec)!r} holds no arrays")
-    elif spec == "paper":
-        if min(d1, d2) < 3:
-            raise SettingError(
-                "targets", f"targets 'paper' need d1, d2 >= 3 (T2 uses e3); got ({d1}, {d2})"
-            )
-        found = paper_targets(d1, d2)
-    elif spec == "entry":
-        t = np.zeros((d1, d2))
-        t[0, 0] = 1.0
-        found = {"e11": t}
-    elif isinstance(spec, str) and re.fullmatch(r"random(:\d+)?", spec):
-        seed = int(spec.split(":")[1]) if ":" in spec else 0
-        rng = np.random.default_rng(seed)
-        u, v = rng.standard_normal(d1), rng.standard_normal(d2)
-        found = {f"uv{seed}": np.outer(u / np.linalg.norm(u), v / np.linalg.norm(v))}
-    else:
-        raise SettingError(
-            "targets",
-            "targets must be 'paper', 'entry', 'random', 'random:SEED', a .npz file or a "
-            f"mapping of names to ({d1}, {d2}) matrices; got {spec!r}",
-        )
-    out = {}
-    for name, t in found.items():
-        arr = np.asarray(t, dtype=float)
-        if arr.shape != (d1, d2):
-            raise SettingError(
-                "targets", f"target {name!r} must have shape ({d1}, {d2}); got {arr.shape}"
-            )
-        if not np.isfinite(arr).all():
-            raise SettingError("targets", f"target {name!r} has NaN or inf entries")
-        out[str(name)] = arr
-    return out
-
-
-# --------------------------------------------------------------------------- building
-def _make_env(env_kwargs: Mapping[str, Any], n_trials: int):
-    import gymnasium as gym
-
-    import lrbandit_gym  # noqa: F401  (registers the env)
-
-    kwargs = dict(env_kwargs)
-    if "noise_std" in kwargs and not np.isscalar(kwargs["noise_std"]):
-        kwargs["noise_std"] = np.asarray(kwargs["noise_std"], dtype=float)
-    if "singular_values" in kwargs and not np.isscalar(kwargs["singular_values"]):
-        kwargs["singular_values"] = np.asarray(kwargs["singular_values"], dtype=float)
-    return gym.make_vec(
-        "MatrixContextBandit-v0",
-        num_envs=n_trials,
-        vectorization_mode="vector_entry_point",
-        max_episode_steps=None,
-        **kwargs,
-    )
-
-
-def _sizes(venv, setting: ValidationSetting) -> tuple[int, int, int, int, str]:
-    p = venv.unwrapped.problem
-    rank = p.rank if setting.rank is None else setting.rank
-    return p.d1, p.d2, rank, p.n_actions, p.context
-
-
-def _warm_start(setting: ValidationSetting, venv) -> int:
-    from agents import default_warm_start_rounds
-
-    if setting.warm_start is not None:
-        return int(setting.warm_start)
-    d1, d2, rank, k, context = _sizes(venv, setting)
-    return default_warm_start_rounds(d1, d2, rank, k, context)
-
-
-def _make_policy(setting: ValidationSetting, venv, seed):
-    """The policy of ``setting`` on ``venv``."""
-    if callable(setting.policy):
-        return setting.policy(venv, seed=seed)
-    from agents import EpsilonGreedy, LinearEpsilonGreedy, Softmax, UniformRandom
-
-    kwargs = dict(setting.policy_kwargs)
-    if setting.policy in _LOW_RANK:
-        cls = EpsilonGreedy if setting.policy == "epsilon-greedy" else Softmax
-        _, _, rank, _, _ = _sizes(venv, setting)
-        return cls(venv, rank=rank, warm_start=_warm_start(setting, venv), seed=seed, **kwargs)
-    cls = UniformRandom if setting.policy == "uniform" else LinearEpsilonGreedy
-    return cls(venv, seed=seed, **kwargs)
-
-
-def _shares(setting: ValidationSetting, agent) -> bool:
-    from agents import LowRankSGD
-
-    has = isinstance(getattr(agent, "estimator", None), LowRankSGD)
-    if setting.estimator == "shared" and not has:
-        raise SettingError(
-            "estimator",
-            "estimator='shared' needs a policy with a low-rank estimator (epsilon-greedy, "
-            f"softmax); {type(agent).__name__} has none: use 'own' or 'auto'",
-        )
-    return has and setting.estimator != "own"
-
-
-def _sgd_kwargs(setting: ValidationSetting) -> dict[str, Any]:
-    keys = ("step_scale", "step_gain", "step_offset", "step_decay")
-    return {k: setting.policy_kwargs[k] for k in keys if k in setting.policy_kwargs}
-
-
-class InferenceStack:
-    """The inference wrappers of a chunk and the quantities they report.
-
-    Attributes
-    ----------
-    env : VectorEnv
-        The outermost layer (step it).
-    parameters : VectorParameterInference or None
-    value : VectorValueInference or None
-    policies : VectorPolicyEvaluation or None
-        With ``V*`` and a policy with an exploration floor (ε-greedy, uniform): the values
-        of two fixed target policies, always arm 0 and uniform, whose truths are exact
-        (``E<M_a, X>``) under any context law.
-    quantities : tuple of Quantity
-        Every ``<M_a, T>``, every ``<M_b − M_a, T>`` (``b > a``), ``V*``, ``V(arm 0)`` and
-        ``V(uniform)``, in order.
-    estimator : LowRankSGD
-        The estimate the intervals are debiased against.
-    """
-
-    def __init__(self, venv, agent, setting: ValidationSetting, targets: dict[str, np.ndarray]):
-        from inference import (
-            VectorParameterInference,
-            VectorPolicyEvaluation,
-            VectorValueInference,
-        )
-
-        d1, d2, rank, k, _ = _sizes(venv, setting)
-        shared = _shares(setting, agent)
-        own = {} if shared else {"rank": rank, "warm_start": _warm_start(setting, venv)}
-        own.update({} if shared else _sgd_kwargs(setting))
-        est = {"estimator": agent.estimator} if shared else {}
-        env = venv
-        self.parameters = self.value = None
-        if targets:
-            env = self.parameters = VectorParameterInference(env, targets, **est, **own)
-        self.policies = None
-        if setting.value:
-            if self.parameters is not None:  # shares the parameter wrapper's estimator
-                own, est = {}, {"estimator": self.parameters.estimator}
-            env = self.value = VectorValueInference(env, **est, **own)
-        if setting.value and setting.policy in _EXPLORING:
-            # Two fixed targets whose values are exact for any context law: always arm 0
-            # (far from the logging policy wherever arm 0 is not greedy) and uniform.  Only
-            # under a policy with an exploration floor: elsewhere (softmax) an arm's
-            # propensity may vanish, and the wrapper refuses a target it cannot evaluate.
-            B = venv.num_envs
-            zeros, uniform = np.zeros(B, dtype=np.int64), np.full((B, k), 1.0 / k)
-            targets_pv = {"arm 0": lambda obs: zeros, "uniform": lambda obs: uniform}
-            env = self.policies = VectorPolicyEvaluation(
-                env, targets_pv, estimator=self.value.estimator
-            )
-        self.env = env
-        self.shared = shared
-        self.estimator = env.estimator
-        first = self.parameters if self.parameters is not None else self.value
-        self.owner = agent if shared else first  # whose warm start the check judged
-        self._first = first
-        base = venv.unwrapped
-        q = []
-        for name, t in targets.items():
-            truth = base.linear_form(t)
-            q += [Quantity(f"<M_{a}, {name}>", name, (a,), float(truth[a])) for a in range(k)]
-            q += [
-                Quantity(f"<M_{b} - M_{a}, {name}>", name, (b, a), float(truth[b] - truth[a]))
-                for a in range(k)
-                for b in range(a + 1, k)
-            ]
-        if setting.value:
-            q.append(Quantity("V*", None, (), float(base.optimal_value)))
-        if self.policies is not None:
-            means = base.problem.params.mean(axis=(1, 2)) if base.context == "completion" else None
-            arm0 = 0.0 if means is None else float(means[0])  # E<M_0, X>
-            unif = 0.0 if means is None else float(means.mean())
-            q.append(Quantity("V(arm 0)", None, (), arm0, policy="arm 0"))
-            q.append(Quantity("V(uniform)", None, (), unif, policy="uniform"))
-        self.quantities = tuple(q)
-        self.true_params = np.asarray(base.true_params)
-
-    @property
-    def n_obs(self) -> int:
-        """Rounds that have entered inference."""
-        return int(self._first.core.n_obs)
-
-    def intervals(self, confidence_level: float, **kwargs) -> list:
-        """Every quantity's :class:`~inference.IntervalEstimate` (arrays over trials), in
-        the order of :attr:`quantities`; ``kwargs`` go to the wrappers' ``interval`` and
-        ``difference``."""
-        out = []
-        for q in self.quantities:
-            if q.policy is not None:
-                out.append(self.policies.interval(q.policy, confidence_level, **kwargs))
-            elif q.target is None:
-                out.append(self.value.interval(confidence_level, **kwargs))
-            elif len(q.arms) == 1:
-                out.append(
-                    self.parameters.interval(q.arms[0], q.target, confidence_level, **kwargs)
-                )
-            else:
-                b, a = q.arms
-                out.append(self.parameters.difference(b, a, q.target, confidence_level, **kwargs))
-        return out
-
-    def value_bias(self) -> np.ndarray:
-        """``R̂_n`` over the corrected ``V*`` interval's standard error per trial, ``(B,)``
-        (NaN without ``V*`` or its correction): above 1 the wrapper warns."""
-        found = None if self.value is None else self.value.played_regret()
-        if found is None:
-            return np.full(self.env.num_envs, np.nan)
-        regret, variance = found
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            se = np.asarray(self.value.core.interval().standard_error, dtype=float)
-        return regret / np.sqrt(se * se + variance)
-
-    def estimation_error(self) -> np.ndarray:
-        """``‖M̂_a − M_a‖_F`` of the estimate inference reads, ``(B, K)``."""
-        est = np.asarray(self.estimator.estimates)
-        return np.sqrt(((est - self.true_params) ** 2).sum(axis=(-1, -2)))
-
-
-class Reader:
-    """Reads a chunk's intervals at the rounds it asks for.
-
-    The chunk's loop calls :meth:`due` every round after inference has started (``n >= 1``
-    rounds of inference) and :meth:`read` when it returns True; :meth:`result` gives arrays
-    whose last axis is the trial axis (merged over chunks by concatenation), and
-    :meth:`summarize` turns the merged arrays into table rows (each with ``n``,
-    ``quantity``, ``truth`` and the fields of
-    :func:`~lrbandit_gym.experiments.studies.coverage_stats`, on which the verdict is
-    taken).  Subclasses must be picklable (they are built in the worker processes).
-
-    Parameters
-    ----------
-    setting : ValidationSetting
-    quantities : tuple of Quantity
-    n_trials : int
-        Trials of the chunk.
-    confidence_level : float
-    """
-
-    name = "reader"
-
-    def __init__(self, setting, quantities, n_trials: int, confidence_level: float):
-        self.setting = setting
-        self.quantities = quantities
-        self.n_trials = n_trials
-        self.confidence_level = confidence_level
-
-    @property
-    def last(self) -> int:
-        """The last round of inference it needs (the chunk runs until every reader's)."""
-        return max(self.setting.n)
-
-    def due(self, n: int) -> bool:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def read(self, n: int, stack: InferenceStack) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def result(self) -> dict[str, np.ndarray]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    @classmethod
-    def summarize(
-        cls, arrays: dict[str, np.ndarray], quantities, setting, confidence_level: float
-    ) -> list[dict[str, Any]]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-
-class CheckpointReader(Reader):
-    """The fixed-``n`` intervals of every quantity at the setting's checkpoints ``n``."""
-
-    name = "checkpoints"
-
-    def __init__(self, setting, quantities, n_trials: int, confidence_level: float):
-        super().__init__(setting, quantities, n_trials, confidence_level)
-        self.checkpoints = sorted(set(int(n) for n in setting.n))
-        shape = (len(self.checkpoints), len(quantities), n_trials)
-        self.arrays = {
-            key: np.full(shape, np.nan) for key in ("estimate", "standard_error", "low", "high")
-        }
-
-    def due(self, n: int) -> bool:
-        return n in self.checkpoints
-
-    def read(self, n: int, stack: InferenceStack) -> None:
-        c = self.checkpoints.index(n)
-        for j, ci in enumerate(stack.intervals(self.confidence_level)):
-            for key in self.arrays:
-                self.arrays[key][c, j] = np.asarray(getattr(ci, key), dtype=float)
-
-    def result(self) -> dict[str, np.ndarray]:
-        return dict(self.arrays)
-
-    @classmethod
-    def summarize(cls, arrays, quantities, setting, confidence_level):
-        rows = []
-        for c, n in enumerate(sorted(set(int(n) for n in setting.n))):
-            for j, q in enumerate(quantities):
-                s = coverage_stats(
-                    arrays["estimate"][c, j],
-                    arrays["standard_error"][c, j],
-                    arrays["low"][c, j],
-                    arrays["high"][c, j],
-                    q.truth,
-                )
-                rows.append({"n": n, "quantity": q.label, "truth": q.truth, **s})
-        return rows
 
 
 # --------------------------------------------------------------------------- checks
@@ -584,18 +135,18 @@ def check_setting(setting: ValidationSetting) -> dict[str, np.ndarray]:
     if not isinstance(setting.value, bool):
         raise SettingError("value", f"value must be true or false; got {setting.value!r}")
     try:
-        venv = _make_env(setting.env, 1)
+        venv = make_env(setting.env, 1)
     except (ValueError, TypeError) as exc:
         m = _ENV_FIELDS.match(str(exc))
         raise SettingError(f"env.{m.group(1)}" if m else "env", str(exc)) from None
-    d1, d2, rank, k, _ = _sizes(venv, setting)
+    d1, d2, rank, k, _ = problem_sizes(venv, setting)
     if setting.rank is not None and rank > min(d1, d2):
         raise SettingError("rank", f"rank must be <= min(d1, d2) = {min(d1, d2)}; got {rank}")
     targets = load_targets(setting.targets, d1, d2)
     if not targets and not setting.value:
         raise SettingError("targets", "nothing to check: no targets and value = false")
     try:
-        agent = _make_policy(setting, venv, np.random.SeedSequence(0))
+        agent = make_policy(setting, venv, np.random.SeedSequence(0))
     except (ValueError, TypeError) as exc:
         m = re.search(r"unexpected keyword argument '(\w+)'", str(exc)) or re.match(
             r"^(\w+)", str(exc)
@@ -617,16 +168,21 @@ def check_setting(setting: ValidationSetting) -> dict[str, np.ndarray]:
 def _chunk_bytes(setting: ValidationSetting) -> int:
     """Bytes per trial of a chunk's largest buffers (warm-start contexts; the linear
     policy's inverse Gram matrices)."""
-    venv = _make_env(setting.env, 1)
-    d1, d2, _, k, _ = _sizes(venv, setting)
-    warm = _warm_start(setting, venv)
+    venv = make_env(setting.env, 1)
+    d1, d2, _, k, _ = problem_sizes(venv, setting)
+    warm = warm_start_rounds(setting, venv)
     per = warm * (d1 * d2 * 4 + 24)
-    low_rank = setting.policy in _LOW_RANK
+    low_rank = setting.policy in LOW_RANK_POLICIES
     copies = 2 if low_rank and setting.estimator == "own" else 1
     total = per * copies
     if setting.policy == "linear-epsilon-greedy":
         total += k * (d1 * d2) ** 2 * 8
     return total
+
+
+#: Largest warm-start storage (bytes) a chunk's default batch size allows.
+_CHUNK_BYTES = 2**30
+_DEFAULT_BATCH = 100
 
 
 def default_batch_size(setting: ValidationSetting) -> int:
@@ -669,10 +225,10 @@ def run_chunk(
 def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     env_seed, agent_seed = ss.spawn(2)
-    venv = _make_env(setting.env, n_trials)
-    d1, d2, _, k, _ = _sizes(venv, setting)
+    venv = make_env(setting.env, n_trials)
+    d1, d2, _, k, _ = problem_sizes(venv, setting)
     targets = load_targets(setting.targets, d1, d2)
-    agent = _make_policy(setting, venv, agent_seed)
+    agent = make_policy(setting, venv, agent_seed)
     stack = InferenceStack(venv, agent, setting, targets)
     if stack.shared and hasattr(agent, "check_warm_start"):
         agent.check_warm_start = True  # the held-out check of the policy's warm start
@@ -730,57 +286,65 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
     }
 
 
-def _run_job(job, readers, confidence_level, report=None):
-    setting, size, seed, kernels = job
-    return engine.call(kernels, run_chunk, setting, size, seed, confidence_level, readers, report)
+#: Per-trial diagnostics of a chunk, by the axis its trials lie on.
+DIAGNOSTIC_AXES = {
+    "estimation_error": 1,
+    "min_propensity": 0,
+    "value_bias": 1,
+    "warm_start_ratio": 0,
+}
 
 
-_QUEUE = None  # a worker process's progress queue (see _init_worker)
+def _chunk_warnings(chunks: Sequence[dict[str, Any]]) -> list[tuple[type, str, int]]:
+    """The chunks' warnings as ``(category, message, chunks that raised it)``: warnings
+    that differ only in their numbers (say, a median over a chunk's trials) are one, shown
+    with the first chunk's text."""
+    counts: dict[tuple, list] = {}
+    for c in chunks:
+        for category, message in c["warnings"]:
+            key = (category, re.sub(r"\d+(\.\d+)?", "#", message))
+            counts.setdefault(key, [message, 0])[1] += 1
+    return [(category, message, count) for (category, _), (message, count) in counts.items()]
 
 
-def _init_worker(queue) -> None:
-    from lrbandit_gym.experiments.studies import single_threaded_blas
-
-    global _QUEUE
-    _QUEUE = queue
-    single_threaded_blas()
-
-
-def _worker_job(job, readers, confidence_level):
-    queue = _QUEUE
-    return _run_job(job, readers, confidence_level, None if queue is None else queue.put)
-
-
-def _map_chunks(jobs_list, n_jobs, readers, confidence_level, bar) -> list:
-    """Every chunk's result, in this process (one job or one chunk) or in worker processes
-    whose progress comes back through a queue; Ctrl-C raises :class:`~.parallel.Interrupted`
-    with the chunks that finished, within a second (:func:`~.parallel.process_pool_map`)."""
-    import functools
-
-    from lrbandit_gym.experiments.parallel import local_map, process_pool_map
-
-    if n_jobs == 1 or len(jobs_list) == 1:
-        run = functools.partial(
-            _run_job, readers=readers, confidence_level=confidence_level, report=bar.update
-        )
-        return local_map(run, jobs_list, 1)
-    import multiprocessing
-    import queue as queue_module
-
-    q = multiprocessing.get_context().Queue()
-
-    def drain() -> None:
-        while True:
-            try:
-                bar.update(q.get_nowait())
-            except queue_module.Empty:
-                break
-
-    run = functools.partial(_worker_job, readers=readers, confidence_level=confidence_level)
-    workers = min(n_jobs, len(jobs_list))
-    return process_pool_map(
-        run, jobs_list, workers, initializer=_init_worker, initargs=(q,), poll=drain
+def _failure_verdict(chunks: Sequence[dict[str, Any]]) -> str | None:
+    """The verdict line when chunks stopped early (a diverging estimator), else None."""
+    failed = [c["failure"] for c in chunks if c["failure"] is not None]
+    if not failed:
+        return None
+    return (
+        f"FAILED: {len(failed)} of {len(chunks)} chunk(s) stopped early, their trials "
+        f"without intervals from then on (coverage above is over the rest); first: "
+        f"{failed[0]}"
     )
+
+
+def _tables(
+    ran: ChunkResults, readers: Sequence[type[Reader]], setting, level: float
+) -> tuple[dict, list, list]:
+    """``(arrays, rows, uniform_rows)`` of the chunks that finished: the merged arrays
+    (trials concatenated; the first reader's keys bare, the others' prefixed
+    ``"{name}:"``; ``checkpoints``; the diagnostics of :data:`DIAGNOSTIC_AXES`) and every
+    reader's table rows (the uniform reader's apart: it is judged on its own)."""
+    chunks = ran.results
+    quantities = chunks[0]["quantities"]
+    arrays: dict[str, np.ndarray] = {}
+    rows: list[dict[str, Any]] = []
+    uniform_rows: list[dict[str, Any]] = []
+    for cls in readers:
+        merged = merge_trials([c["readers"][cls.name] for c in chunks])
+        prefix = "" if cls is readers[0] else f"{cls.name}:"
+        arrays.update({prefix + key: v for key, v in merged.items()})
+        summary = cls.summarize(merged, quantities, setting, level)
+        if cls.name == UniformReader.name:  # judged on its own (uniform_verdict)
+            uniform_rows = summary
+            continue
+        for row in summary:
+            rows.append({**row, "quantity": prefix + row["quantity"]})
+    arrays["checkpoints"] = np.array(sorted(set(int(n) for n in setting.n)))
+    diagnostics = [{key: c[key] for key in DIAGNOSTIC_AXES} for c in chunks]
+    arrays.update(merge_trials(diagnostics, axes=DIAGNOSTIC_AXES))
+    return arrays, rows, uniform_rows
 
 
 class _NoBar:
@@ -791,24 +355,30 @@ class _NoBar:
         pass
 
 
-def run_validation(
-    setting: ValidationSetting,
-    *,
-    trials: int = 200,
-    seed: int = 0,
-    batch_size: int | None = None,
-    jobs: int = 1,
-    confidence_level: float = 0.95,
-    progress: bool = True,
-    readers: Sequence[type[Reader]] = (CheckpointReader,),
-) -> ValidationResult:
-    """Run :class:`ValidationSetting` ``setting`` (see :func:`validate` for the arguments;
-    ``readers`` are the :class:`Reader` classes each chunk runs, :class:`CheckpointReader`
-    first)."""
+def _round_bar(setting: ValidationSetting, trials: int, n_chunks: int, progress: bool):
+    """A tqdm bar of the rounds every chunk plays (the policy's warm start, the wrappers'
+    own one if longer or the only one, then the inference rounds), or one that shows
+    nothing."""
+    if not progress:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    venv = make_env(setting.env, 1)
+    per_chunk = warm_start_rounds(setting, venv) + max(setting.n)
+    return tqdm(
+        total=per_chunk * n_chunks,
+        unit="round",
+        desc=f"validate ({trials} trials, {n_chunks} chunk(s))",
+        file=sys.stderr,
+    )
+
+
+def _check_run(setting, trials, seed, jobs, batch_size, confidence_level, backend):
+    """The run's arguments checked (:class:`SettingError` naming the first wrong one):
+    ``(batch_size, confidence level)``."""
     from inference.results import InsufficientDataWarning  # noqa: F401  (package check)
     from lrbandit_gym.validation import check_confidence_level
 
-    start = time.perf_counter()
     check_setting(setting)
     for name, v, least in (("trials", trials, 1), ("jobs", jobs, 1), ("seed", seed, 0)):
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < least:
@@ -823,94 +393,69 @@ def run_validation(
         level = check_confidence_level(confidence_level)
     except ValueError as exc:
         raise SettingError("confidence_level", str(exc)) from None
+    if backend not in BACKENDS:
+        raise SettingError("backend", f"backend must be one of {BACKENDS}; got {backend!r}")
+    return batch_size, level
+
+
+def run_validation(
+    setting: ValidationSetting,
+    *,
+    trials: int = 200,
+    seed: int = 0,
+    batch_size: int | None = None,
+    jobs: int = 1,
+    confidence_level: float = 0.95,
+    progress: bool = True,
+    readers: Sequence[type[Reader]] = (CheckpointReader,),
+    backend: str = "local",
+) -> ValidationResult:
+    """Run :class:`~lrbandit_gym.experiments.validate_setting.ValidationSetting` ``setting``
+    (see :func:`validate` for the arguments; ``readers`` are the
+    :class:`~lrbandit_gym.experiments.validate_readers.Reader` classes each chunk runs,
+    :class:`~lrbandit_gym.experiments.validate_readers.CheckpointReader` first)."""
+    start = time.perf_counter()
+    batch_size, level = _check_run(
+        setting, trials, seed, jobs, batch_size, confidence_level, backend
+    )
     readers = tuple(readers)
-    if setting.uniform_from is not None:
-        from lrbandit_gym.experiments.validate_uniform import UniformReader
-
-        if UniformReader not in readers:
-            readers += (UniformReader,)
-    jobs_list = chunk_jobs(setting, trials, batch_size, seed)
-    venv = _make_env(setting.env, 1)
-    # Rounds a trial plays: the policy's warm start (the wrappers' own one, if longer or
-    # the only one), then the inference rounds.
-    per_chunk = _warm_start(setting, venv) + max(setting.n)
-    bar = _NoBar()
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
-            total=per_chunk * len(jobs_list),
-            unit="round",
-            desc=f"validate ({trials} trials, {len(jobs_list)} chunk(s))",
-            file=sys.stderr,
-        )
-    stopped = None  # Ctrl-C: the chunks that finished make a partial result
+    if setting.uniform_from is not None and UniformReader not in readers:
+        readers += (UniformReader,)
+    chunks = plan_chunks(setting, trials, batch_size, seed)
+    bar = _round_bar(setting, trials, len(chunks), progress)
+    per_chunk = bar.total // len(chunks) if progress else 0
+    local = backend == "local"
     try:
-        chunks = _map_chunks(jobs_list, jobs, readers, level, bar)
-    except Interrupted as exc:
-        if not exc.results:
-            raise
-        stopped, chunks = exc, list(exc.results.values())
+        ran = run_chunks(
+            run_chunk,
+            chunks,
+            jobs=1 if local and len(chunks) == 1 else jobs,
+            backend=backend,
+            report=bar.update if local else None,
+            on_done=None if local else (lambda i: bar.update(per_chunk)),
+            options={"confidence_level": level, "readers": readers},
+        )
     finally:
         bar.close()
-    trials_done = trials if stopped is None else sum(jobs_list[i][1] for i in stopped.results)
-    quantities = chunks[0]["quantities"]
-    arrays: dict[str, np.ndarray] = {}
-    rows: list[dict[str, Any]] = []
-    uniform_rows: list[dict[str, Any]] = []
-    for cls in readers:
-        merged = {
-            key: np.concatenate([c["readers"][cls.name][key] for c in chunks], axis=-1)
-            for key in chunks[0]["readers"][cls.name]
-        }
-        prefix = "" if cls is readers[0] else f"{cls.name}:"
-        arrays.update({prefix + key: v for key, v in merged.items()})
-        summary = cls.summarize(merged, quantities, setting, level)
-        if cls.name == "uniform":  # judged on its own (validate_uniform.uniform_verdict)
-            uniform_rows = summary
-            continue
-        for row in summary:
-            rows.append({**row, "quantity": prefix + row["quantity"]})
-    arrays["checkpoints"] = np.array(sorted(set(int(n) for n in setting.n)))
-    arrays["estimation_error"] = np.concatenate([c["estimation_error"] for c in chunks], axis=1)
-    arrays["min_propensity"] = np.concatenate([c["min_propensity"] for c in chunks])
-    arrays["value_bias"] = np.concatenate([c["value_bias"] for c in chunks], axis=1)
-    arrays["warm_start_ratio"] = np.concatenate([c["warm_start_ratio"] for c in chunks])
+    arrays, rows, uniform_rows = _tables(ran, readers, setting, level)
     status, line, band = verdict(rows, level)
-    failed = [c["failure"] for c in chunks if c["failure"] is not None]
-    if failed:
-        status = "FAILED"
-        line = (
-            f"FAILED: {len(failed)} of {len(chunks)} chunk(s) stopped early, their trials "
-            f"without intervals from then on (coverage above is over the rest); first: "
-            f"{failed[0]}"
-        )
+    failure = _failure_verdict(ran.results)
+    if failure is not None:
+        status, line = "FAILED", failure
     flag_cells(rows, level)
-    # Warnings that differ only in their numbers (say, a median over a chunk's trials)
-    # are one: the first chunk's text is shown, with how many chunks raised it.
-    counts: dict[tuple, list] = {}
-    for c in chunks:
-        for category, message in c["warnings"]:
-            key = (category, re.sub(r"\d+(\.\d+)?", "#", message))
-            counts.setdefault(key, [message, 0])[1] += 1
     messages = []
-    for (category, _), (message, count) in counts.items():
-        messages.append(f"{message} [{category.__name__}, {count} of {len(chunks)} chunk(s)]")
+    for category, message, count in _chunk_warnings(ran.results):
+        messages.append(f"{message} [{category.__name__}, {count} of {len(ran.results)} chunk(s)]")
         warnings.warn(message, category, stacklevel=2)
-    uniform_line = ""
-    if uniform_rows:
-        from lrbandit_gym.experiments.validate_uniform import uniform_verdict
-
-        uniform_line = uniform_verdict(uniform_rows, level)
     result = ValidationResult(
         setting=setting,
         rows=rows,
         uniform_rows=uniform_rows,
-        uniform_verdict=uniform_line,
+        uniform_verdict=uniform_verdict(uniform_rows, level) if uniform_rows else "",
         status=status,
         verdict=line,
         band=band,
-        quantities=quantities,
+        quantities=ran.results[0]["quantities"],
         arrays=arrays,
         trials=trials,
         seed=seed,
@@ -918,11 +463,11 @@ def run_validation(
         confidence_level=level,
         warnings=messages,
         seconds=time.perf_counter() - start,
-        partial=stopped is not None,
-        trials_done=trials_done,
+        partial=ran.partial,
+        trials_done=ran.trials_done,
     )
-    if stopped is not None:
-        raise RunInterrupted(result, trials_done, trials) from None
+    if ran.partial:
+        raise ran.interrupted(result) from None
     return result
 
 
@@ -945,6 +490,7 @@ def validate(
     progress: bool = True,
     uniform_from: int | None = None,
     tuning_n: int | None = None,
+    backend: str = "local",
 ) -> ValidationResult:
     """Monte Carlo check of the intervals' coverage in any setting.
 
@@ -953,7 +499,7 @@ def validate(
     env : mapping, optional
         ``MatrixContextBandit-v0`` arguments (:data:`ENV_KEYS`).
     policy, policy_kwargs, rank, warm_start, targets, value, n, estimator
-        The setting (:class:`ValidationSetting`).
+        The setting (:class:`~lrbandit_gym.experiments.validate_setting.ValidationSetting`).
     trials : int, default 200
         Independent trials (all share the truth drawn from ``truth_seed``).
     seed : int, default 0
@@ -962,7 +508,7 @@ def validate(
         Trials per chunk (default 100, fewer when a chunk's warm-start buffers would exceed
         1 GiB).  Results depend on it (through the seeds), not on ``jobs``.
     jobs : int, default 1
-        Worker processes (one BLAS thread each).
+        Worker processes or Ray CPUs (one BLAS thread each).
     confidence_level : float, default 0.95
         Nominal coverage of the intervals checked.
     progress : bool, default True
@@ -970,8 +516,11 @@ def validate(
     uniform_from, tuning_n : int, optional
         Also check time-uniform coverage from round ``uniform_from`` on, of the fixed-n
         intervals and of the confidence sequences tuned at ``tuning_n``
-        (:class:`ValidationSetting`); the result then holds ``uniform_rows`` and
-        ``uniform_verdict``.
+        (:class:`~lrbandit_gym.experiments.validate_setting.ValidationSetting`); the result
+        then holds ``uniform_rows`` and ``uniform_verdict``.
+    backend : {"local", "ray"}, default "local"
+        Where the chunks run: this process (``jobs == 1``) or ``jobs`` local processes, or
+        Ray (the ``ray`` extra); the numbers are the same.
 
     Returns
     -------
@@ -1019,109 +568,5 @@ def validate(
         jobs=jobs,
         confidence_level=confidence_level,
         progress=progress,
+        backend=backend,
     )
-
-
-# --------------------------------------------------------------------------- the grid
-#: Settings outside the paper's (docs/reproduction.md, "Validity outside the paper"): each
-#: with the problem-sized default warm start unless it says otherwise, 95% intervals for
-#: every arm, every difference of arms and ``V*``.  ``lrbandit validate --grid NAME``.
-GRID: dict[str, ValidationSetting] = {
-    "unequal": ValidationSetting(
-        env={"d1": 30, "d2": 12, "rank": 2, "noise_std": (0.1, 0.3)},
-        policy="epsilon-greedy",
-        policy_kwargs={"epsilon": 0.1},
-        n=(500, 1500),
-        description="unequal dimensions (30 x 12), rank 2, unequal noise across arms "
-        "(σ = 0.1, 0.3), ε-greedy",
-    ),
-    "softmax3": ValidationSetting(
-        env={"d1": 15, "d2": 15, "rank": 1, "n_actions": 3},
-        policy="softmax",
-        policy_kwargs={"temperature": 1.0},
-        n=(500, 1500),
-        description="3 arms, rank 1, softmax (τ = 1)",
-    ),
-    "completion": ValidationSetting(
-        env={"d1": 10, "d2": 10, "rank": 1, "context": "completion", "noise_std": 0.02},
-        policy="epsilon-greedy",
-        policy_kwargs={"epsilon": 0.1, "step_gain": 0.003},
-        warm_start=4000,
-        n=(1000, 3000),
-        description="completion contexts (10 x 10), rank 1, σ = 0.02, ε-greedy, with the "
-        "warm start the check asks for (4000 rounds) and a gentler step (gain 0.003)",
-    ),
-    "completion-default": ValidationSetting(
-        env={"d1": 10, "d2": 10, "rank": 1, "context": "completion", "noise_std": 0.02},
-        policy="epsilon-greedy",
-        policy_kwargs={"epsilon": 0.1},
-        n=(1000, 3000),
-        description="completion with every default (400-round warm start, gain 0.03): the "
-        "warm-start check warns and the intervals under-cover",
-    ),
-    "completion-hard": ValidationSetting(
-        env={"d1": 20, "d2": 20, "rank": 1, "context": "completion"},
-        policy="epsilon-greedy",
-        policy_kwargs={"epsilon": 0.1},
-        n=(1000, 3000),
-        description="completion contexts (20 x 20), rank 1, σ = 0.1 (entries about 0.05), "
-        "ε-greedy: far from enough data",
-    ),
-    "student-t": ValidationSetting(
-        env={"d1": 20, "d2": 20, "rank": 2, "n_actions": 4, "noise": "student_t", "noise_std": 0.2},
-        policy="epsilon-greedy",
-        policy_kwargs={"epsilon": 0.2},
-        n=(500, 1500),
-        description="4 arms, rank 2, Student-t noise (3 d.o.f., σ = 0.2), ε-greedy (ε = 0.2)",
-    ),
-    "rank5": ValidationSetting(
-        env={"d1": 25, "d2": 25, "rank": 5},
-        policy="epsilon-greedy",
-        policy_kwargs={"epsilon": 0.1},
-        n=(1000, 2000),
-        description="high rank for the size (d = 25, r = 5), ε-greedy",
-    ),
-    "rank7": ValidationSetting(
-        env={"d1": 50, "d2": 50, "rank": 7},
-        policy="epsilon-greedy",
-        policy_kwargs={"epsilon": 0.1},
-        n=(1000, 3000),
-        description="the paper's Table 2 at rank 7 (d = 50), with the problem-sized warm start "
-        "(4600 rounds) and the default step",
-    ),
-    "low-snr": ValidationSetting(
-        env={"d1": 20, "d2": 20, "rank": 2, "noise_std": 1.0},
-        policy="epsilon-greedy",
-        n=(1000, 3000),
-        description="low signal-to-noise: 2 arms, rank 2, σ = 1 (10 times the paper's), "
-        "ε-greedy with every default: the greedy rules' regret is large and V* warns",
-    ),
-    "five-arms": ValidationSetting(
-        env={"d1": 12, "d2": 12, "rank": 1, "n_actions": 5, "noise": "uniform", "noise_std": 0.3},
-        policy="epsilon-greedy",
-        policy_kwargs={"epsilon": 0.3},
-        n=(1000, 2000),
-        description="5 arms, rank 1, uniform noise (σ = 0.3), ε-greedy (ε = 0.3)",
-    ),
-    "rectangular": ValidationSetting(
-        env={"d1": 6, "d2": 60, "rank": 3},
-        policy="epsilon-greedy",
-        n=(1000, 2000),
-        description="very rectangular (6 x 60), rank 3, ε-greedy with every default",
-    ),
-    "laplace": ValidationSetting(
-        env={"d1": 20, "d2": 20, "rank": 4, "noise": "laplace"},
-        policy="softmax",
-        policy_kwargs={"temperature": 0.5},
-        n=(1000, 2000),
-        description="Laplace noise, rank 4 (20 x 20), softmax (τ = 0.5)",
-    ),
-    "rank5-short": ValidationSetting(
-        env={"d1": 25, "d2": 25, "rank": 5},
-        policy="epsilon-greedy",
-        policy_kwargs={"epsilon": 0.1},
-        warm_start=600,
-        n=(1000, 2000),
-        description="rank5 with a 600-round warm start (default 1600): the warm-start check warns",
-    ),
-}

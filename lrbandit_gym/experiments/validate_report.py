@@ -1,7 +1,7 @@
 """Tables and the verdict of ``lrbandit validate`` (:mod:`lrbandit_gym.experiments.validate`).
 
 The verdict rule (:func:`verdict`) on the Monte Carlo statistics of
-:func:`lrbandit_gym.experiments.studies.coverage_stats` and the :class:`ValidationResult`
+:func:`lrbandit_gym.experiments.coverage.coverage_stats` and the :class:`ValidationResult`
 that holds them live here; running the trials lives in
 :mod:`~lrbandit_gym.experiments.validate`.
 """
@@ -20,7 +20,7 @@ import numpy as np
 from scipy import stats
 
 from inference.played_regret import WARN_RATIO
-from lrbandit_gym.experiments.studies import format_coverage
+from lrbandit_gym.experiments.coverage import format_coverage
 
 __all__ = [
     "FAMILY_LEVEL",
@@ -189,7 +189,7 @@ class ValidationResult:
         The configuration run.
     rows : list of dict
         One row per checkpoint ``n`` and quantity (the fields of
-        :func:`~lrbandit_gym.experiments.studies.coverage_stats`, plus ``n``,
+        :func:`~lrbandit_gym.experiments.coverage.coverage_stats`, plus ``n``,
         ``quantity``, ``truth`` and ``flag``: ``"low"``/``"high"`` outside the
         verdict's band, else ``""``).
     status, verdict : str
@@ -207,7 +207,7 @@ class ValidationResult:
         without it); ``min_propensity`` (trials,), the smallest
         probability any arm had in any round of inference; ``warm_start_ratio``
         (trials, K): the held-out check of the warm start
-        (:mod:`agents.warm_start_check`), NaN where it did not run.
+        (:mod:`agents.warm_start.check`), NaN where it did not run.
     trials, seed, batch_size : int
     confidence_level : float
     warnings : list of str
@@ -356,7 +356,7 @@ class ValidationResult:
 
     def to_markdown(self) -> str:
         """The coverage table in markdown: coverage with its 95% Wilson interval (which keeps
-        a width at 0 and 1, :func:`~lrbandit_gym.experiments.studies.coverage_interval`), z
+        a width at 0 and 1, :func:`~lrbandit_gym.experiments.coverage.coverage_interval`), z
         mean and z s.d. ± Monte Carlo s.e.; a trailing ``<`` or ``>`` marks a cell below or
         above the verdict's band."""
         head = "| n | quantity | truth | coverage | z mean | z s.d. | mean length |"

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from lrbandit_gym.experiments.studies import coverage_interval
-from lrbandit_gym.experiments.validate import Reader
+from lrbandit_gym.experiments.coverage import coverage_interval
+from lrbandit_gym.experiments.validate_readers import Reader
 
 __all__ = ["UniformReader", "uniform_verdict"]
 

@@ -1,0 +1,149 @@
+"""The inference wrappers that ``lrbandit validate`` stacks on a chunk's vector env, and
+the quantities they report (:class:`InferenceStack`).
+
+The wrappers share the policy's estimator (``estimator="shared"``, the paper's procedure)
+or run their own, warm-started on the first ``warm_start`` rounds they see (``"own"``):
+:class:`~inference.VectorParameterInference` reads every target, every arm and every
+difference of arms, :class:`~inference.VectorValueInference` reads ``V*``, and under a
+policy with an exploration floor :class:`~inference.VectorPolicyEvaluation` reads the
+values of two fixed target policies whose truths are exact.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from lrbandit_gym.experiments.validate_report import Quantity
+from lrbandit_gym.experiments.validate_setting import (
+    EXPLORING_POLICIES,
+    ValidationSetting,
+    problem_sizes,
+    sgd_kwargs,
+    shares_estimator,
+    warm_start_rounds,
+)
+
+__all__ = ["InferenceStack"]
+
+
+class InferenceStack:
+    """The inference wrappers of a chunk and the quantities they report.
+
+    Attributes
+    ----------
+    env : VectorEnv
+        The outermost layer (step it).
+    parameters : VectorParameterInference or None
+    value : VectorValueInference or None
+    policies : VectorPolicyEvaluation or None
+        With ``V*`` and a policy with an exploration floor (ε-greedy, uniform): the values
+        of two fixed target policies, always arm 0 and uniform, whose truths are exact
+        (``E<M_a, X>``) under any context law.
+    quantities : tuple of Quantity
+        Every ``<M_a, T>``, every ``<M_b − M_a, T>`` (``b > a``), ``V*``, ``V(arm 0)`` and
+        ``V(uniform)``, in order.
+    estimator : LowRankSGD
+        The estimate the intervals are debiased against.
+    """
+
+    def __init__(self, venv, agent, setting: ValidationSetting, targets: dict[str, np.ndarray]):
+        from inference import (
+            VectorParameterInference,
+            VectorPolicyEvaluation,
+            VectorValueInference,
+        )
+
+        d1, d2, rank, k, _ = problem_sizes(venv, setting)
+        shared = shares_estimator(setting, agent)
+        own = {} if shared else {"rank": rank, "warm_start": warm_start_rounds(setting, venv)}
+        own.update({} if shared else sgd_kwargs(setting))
+        est = {"estimator": agent.estimator} if shared else {}
+        env = venv
+        self.parameters = self.value = None
+        if targets:
+            env = self.parameters = VectorParameterInference(env, targets, **est, **own)
+        self.policies = None
+        if setting.value:
+            if self.parameters is not None:  # shares the parameter wrapper's estimator
+                own, est = {}, {"estimator": self.parameters.estimator}
+            env = self.value = VectorValueInference(env, **est, **own)
+        if setting.value and setting.policy in EXPLORING_POLICIES:
+            # Two fixed targets whose values are exact for any context law: always arm 0
+            # (far from the logging policy wherever arm 0 is not greedy) and uniform.  Only
+            # under a policy with an exploration floor: elsewhere (softmax) an arm's
+            # propensity may vanish, and the wrapper refuses a target it cannot evaluate.
+            B = venv.num_envs
+            zeros, uniform = np.zeros(B, dtype=np.int64), np.full((B, k), 1.0 / k)
+            targets_pv = {"arm 0": lambda obs: zeros, "uniform": lambda obs: uniform}
+            env = self.policies = VectorPolicyEvaluation(
+                env, targets_pv, estimator=self.value.estimator
+            )
+        self.env = env
+        self.shared = shared
+        self.estimator = env.estimator
+        first = self.parameters if self.parameters is not None else self.value
+        self.owner = agent if shared else first  # whose warm start the check judged
+        self._first = first
+        base = venv.unwrapped
+        q = []
+        for name, t in targets.items():
+            truth = base.linear_form(t)
+            q += [Quantity(f"<M_{a}, {name}>", name, (a,), float(truth[a])) for a in range(k)]
+            q += [
+                Quantity(f"<M_{b} - M_{a}, {name}>", name, (b, a), float(truth[b] - truth[a]))
+                for a in range(k)
+                for b in range(a + 1, k)
+            ]
+        if setting.value:
+            q.append(Quantity("V*", None, (), float(base.optimal_value)))
+        if self.policies is not None:
+            means = base.problem.params.mean(axis=(1, 2)) if base.context == "completion" else None
+            arm0 = 0.0 if means is None else float(means[0])  # E<M_0, X>
+            unif = 0.0 if means is None else float(means.mean())
+            q.append(Quantity("V(arm 0)", None, (), arm0, policy="arm 0"))
+            q.append(Quantity("V(uniform)", None, (), unif, policy="uniform"))
+        self.quantities = tuple(q)
+        self.true_params = np.asarray(base.true_params)
+
+    @property
+    def n_obs(self) -> int:
+        """Rounds that have entered inference."""
+        return int(self._first.core.n_obs)
+
+    def intervals(self, confidence_level: float, **kwargs) -> list:
+        """Every quantity's :class:`~inference.IntervalEstimate` (arrays over trials), in
+        the order of :attr:`quantities`; ``kwargs`` go to the wrappers' ``interval`` and
+        ``difference``."""
+        out = []
+        for q in self.quantities:
+            if q.policy is not None:
+                out.append(self.policies.interval(q.policy, confidence_level, **kwargs))
+            elif q.target is None:
+                out.append(self.value.interval(confidence_level, **kwargs))
+            elif len(q.arms) == 1:
+                out.append(
+                    self.parameters.interval(q.arms[0], q.target, confidence_level, **kwargs)
+                )
+            else:
+                b, a = q.arms
+                out.append(self.parameters.difference(b, a, q.target, confidence_level, **kwargs))
+        return out
+
+    def value_bias(self) -> np.ndarray:
+        """``R̂_n`` over the corrected ``V*`` interval's standard error per trial, ``(B,)``
+        (NaN without ``V*`` or its correction): above 1 the wrapper warns."""
+        found = None if self.value is None else self.value.played_regret()
+        if found is None:
+            return np.full(self.env.num_envs, np.nan)
+        regret, variance = found
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            se = np.asarray(self.value.core.interval().standard_error, dtype=float)
+        return regret / np.sqrt(se * se + variance)
+
+    def estimation_error(self) -> np.ndarray:
+        """``‖M̂_a − M_a‖_F`` of the estimate inference reads, ``(B, K)``."""
+        est = np.asarray(self.estimator.estimates)
+        return np.sqrt(((est - self.true_params) ** 2).sum(axis=(-1, -2)))

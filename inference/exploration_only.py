@@ -122,4 +122,4 @@ class ExplorationOnlyInference(LinearFormCore):
             where = f" (trial {i})" if self.batched else ""
             raise ValueError(f"epsilon must be in (0, 1], got {eps[i]!r}{where}")
         weight = np.where(flags, self.n_actions / eps, 0.0)
-        self.absorb(Ub, Vb, Xb, a, y, weight)
+        self.commit(self._propose(self.estimate_parts(Ub, Vb, a), Xb, a, y, weight))

@@ -35,14 +35,14 @@ import numpy as np
 from inference.debiased_sum import DebiasedSum
 from inference.linear_form_readout import LinearFormReadout
 from inference.linear_form_round import (
-    Changes,
     LinearFormRound,
-    Products,
+    PulledEstimate,
     RoundTerms,
     check_estimate_scale,
 )
 from inference.linear_form_state import LinearFormPersistence
 from inference.tangent_space import TargetTriplets
+from lrbandit_gym.rounds import Round
 from lrbandit_gym.validation import (
     check_actions,
     check_batch_vector,
@@ -70,8 +70,8 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
     """Shared engine of :class:`LinearFormInference` and the exploration-only baseline.
 
     Subclasses validate their own ``update`` arguments, turn them into one inverse-propensity
-    weight per trial for the pulled arm (0 for a round that must not be used) and call
-    :meth:`absorb`.
+    weight per trial for the pulled arm (0 for a round that must not be used) and run the
+    round's two phases (``_propose``, then :meth:`commit`).
     """
 
     _kind = "linear_form"
@@ -188,7 +188,10 @@ class LinearFormInference(LinearFormCore):
 
     Feed every round with :meth:`update` *before* the estimator takes its step, passing the
     estimate ``M_hat_{a,t-1} = U[a] V[a]^T`` that the policy used; read intervals at any time
-    with :meth:`interval` and :meth:`difference`.
+    with :meth:`interval` and :meth:`difference`.  A caller that checked the round already
+    (a :class:`~lrbandit_gym.rounds.Round`) passes it to :meth:`update`, or runs the step
+    in two phases, :meth:`propose` (computed and checked, nothing written) and
+    :meth:`commit`, as the inference wrappers do.
 
     Per round and for every arm ``i`` (Algorithm 2, docs/method.md §4):
     ``M̃_{i,t} = M̂_{i,t−1} + c·1{a_t=i}/π_t(i)·(y_t − <M̂_{i,t−1}, X_t>)·X_t``, with the
@@ -254,9 +257,9 @@ class LinearFormInference(LinearFormCore):
         U: Any,
         V: Any,
         X: Any,
-        action: Any,
-        reward: Any,
-        propensities: Any,
+        action: Any = None,
+        reward: Any = None,
+        propensities: Any = None,
     ) -> None:
         """Absorb round ``t``.
 
@@ -266,9 +269,11 @@ class LinearFormInference(LinearFormCore):
             Left factors of the estimates *before* round ``t``'s update.
         V : array_like of shape (K, d2, r) or (B, K, d2, r)
             Right factors; ``M_hat_a = U[a] @ V[a].T``.
-        X : array_like of shape (d1, d2) or (B, d1, d2)
+        X : array_like of shape (d1, d2) or (B, d1, d2), or Round
             Context ``X_t``; with ``context="completion"`` also its index ``[j, k]``
-            (integers, shape (2,) or (B, 2)).
+            (integers, shape (2,) or (B, 2)).  A :class:`~lrbandit_gym.rounds.Round`
+            (checked at the edge, with propensities) stands for the whole round; then
+            ``action``, ``reward`` and ``propensities`` are not given.
         action : int or array_like of int of shape (B,)
             Pulled arm ``a_t``.
         reward : float or array_like of shape (B,)
@@ -285,108 +290,54 @@ class LinearFormInference(LinearFormCore):
         """
         Ub, Vb = check_factors(U, V, self.n_actions, self.d1, self.d2, self.rank, self.n_trials)
         check_estimate_scale(Ub, Vb, self.batched)
+        if isinstance(X, Round):
+            if action is not None or reward is not None or propensities is not None:
+                raise TypeError("update(U, V, round) takes no action, reward or propensities")
+            if X.propensities is None:
+                raise ValueError("the round must carry propensities (pi_t(a) for every arm)")
+            round_ = X
+        else:
+            round_ = self.check_round(X, action, reward, propensities)
+        self.commit(self.propose(round_, self.estimate_parts(Ub, Vb, round_.actions)))
+
+    def check_round(self, X: Any, action: Any, reward: Any, propensities: Any) -> Round:
+        """Check one round's raw inputs as :meth:`update` takes them and return them as a
+        :class:`~lrbandit_gym.rounds.Round` in the batched layout (completion contexts as
+        :class:`~lrbandit_gym.onehot.OneHotContexts` where they are one-hot).
+
+        Raises
+        ------
+        ValueError
+            Naming the argument and the offending value (and trial, when batched).
+        """
         Xb = self._check_contexts(X)
         a = check_actions(action, self.n_actions, self.n_trials)
         y = check_batch_vector(reward, self.n_trials, "reward")
         p = check_propensities(propensities, a, self.n_actions, self.n_trials)
-        self.update_validated(Ub, Vb, Xb, a, y, p)
+        return Round(Xb, a, y, p)
 
-    def update_validated(
-        self,
-        U: np.ndarray,
-        V: np.ndarray,
-        X: np.ndarray,
-        action: np.ndarray,
-        reward: np.ndarray,
-        propensities: np.ndarray,
-    ) -> None:
-        """:meth:`update` on inputs assumed validated, in the batched layout.
+    def propose(self, round_: Round, estimate: PulledEstimate) -> RoundTerms:
+        """The first phase of a round: its terms computed and checked against the running
+        sums, nothing written; :meth:`commit` writes them.  An inference wrapper proposes
+        its core's round before any layer of its step commits.
 
         Parameters
         ----------
-        U, V : ndarray of shape (B, K, d1, r) and (B, K, d2, r)
-        X : ndarray of shape (B, d1, d2)
-        action : ndarray of int, shape (B,)
-        reward : ndarray of shape (B,)
-        propensities : ndarray of shape (B, K)
-            Positive at ``action``.
-        """
-        self.absorb(U, V, X, action, reward, self._weight(action, propensities))
-
-    def update_parts(
-        self,
-        changes: Changes,
-        Ua: np.ndarray,
-        Va: np.ndarray,
-        X: np.ndarray,
-        action: np.ndarray,
-        reward: np.ndarray,
-        propensities: np.ndarray,
-        products: Products,
-    ) -> None:
-        """:meth:`update` from the parts of a :class:`agents.LowRankSGD`'s balanced factors.
-
-        Inputs are assumed validated, in the batched layout; see :meth:`absorb_parts` for
-        ``changes``, ``Ua``, ``Va`` and ``products`` (``(X V_a, Xᵀ U_a, D_a)`` of the pulled
-        arms, which the estimator computed for its own step).
-
-        Parameters
-        ----------
-        changes : tuple ``(bi, ki, U_new, V_new)``
-        Ua, Va : ndarray of shape (B, d1, r) and (B, d2, r)
-        X : ndarray of shape (B, d1, d2)
-        action : ndarray of int, shape (B,)
-        reward : ndarray of shape (B,)
-        propensities : ndarray of shape (B, K)
-            Positive at ``action``.
-        products : tuple of ndarray
-        """
-        self.commit_round(
-            self.propose_update_parts(changes, Ua, Va, X, action, reward, propensities, products)
-        )
-
-    def propose_update_parts(
-        self,
-        changes: Changes,
-        Ua: np.ndarray,
-        Va: np.ndarray,
-        X: np.ndarray,
-        action: np.ndarray,
-        reward: np.ndarray,
-        propensities: np.ndarray,
-        products: Products,
-    ) -> RoundTerms:
-        """:meth:`update_parts`' first phase (:meth:`propose_parts`): the round computed and
-        checked, nothing written; :meth:`commit_round` writes it.
+        round_ : Round
+            The round, checked, with propensities positive at the pulled arms.
+        estimate : PulledEstimate
+            The estimate before the round: :meth:`estimate_parts` of every arm's factors,
+            or what a shared :class:`agents.LowRankSGD` computed for its own step
+            (:class:`~inference.shared_estimator.SharedEstimate`).
 
         Raises
         ------
         ValueError
-            If the running sums cannot absorb the round.
+            If the running sums cannot absorb the round; the object is then unchanged.
         """
-        weight = self._weight(action, propensities)
-        return self.propose_parts(
-            changes, Ua, Va, X, action, reward, weight, balanced=True, products=products
-        )
-
-    def propose_validated(
-        self,
-        U: np.ndarray,
-        V: np.ndarray,
-        X: np.ndarray,
-        action: np.ndarray,
-        reward: np.ndarray,
-        propensities: np.ndarray,
-    ) -> RoundTerms:
-        """:meth:`update_validated`'s first phase: the round computed and checked, nothing
-        written; :meth:`commit_round` writes it.
-
-        Raises
-        ------
-        ValueError
-            If the running sums cannot absorb the round.
-        """
-        return self.propose(U, V, X, action, reward, self._weight(action, propensities))
+        action = round_.actions
+        weight = self._weight(action, round_.propensities)
+        return self._propose(estimate, round_.contexts, action, round_.rewards, weight)
 
     def _weight(self, action: np.ndarray, propensities: np.ndarray) -> np.ndarray:
         """``1/pi_t(a_t)`` per trial (1 under the "no_ipw" control)."""

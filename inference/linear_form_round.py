@@ -8,9 +8,10 @@ or ``d1·d2`` (completion, Appendix C)::
     n·σ̂²_{a_t}   += w_t·res_t²                                eq. (13)
     n·Ŝ²_{a_t}   += (c·w_t)²·<G_t, X_t>²   (every target)       eq. (14)
 
-A round runs in two phases: :meth:`LinearFormRound.propose_parts` computes the pulled arm's
-residual and ``<G_t, X_t>`` and checks that the sums can hold them, writing nothing;
-:meth:`LinearFormRound.commit_round` writes them.  ``Σ_t M̃`` lives in
+A round runs in two phases: the first (``propose``) computes the pulled arm's residual and
+``<G_t, X_t>`` and checks that the sums can hold them, writing nothing;
+:meth:`LinearFormRound.commit` writes them.  The estimate before the round enters as a
+:class:`PulledEstimate`: the arms it moved and the pulled arms' factors.  ``Σ_t M̃`` lives in
 :class:`~inference.debiased_sum.DebiasedSum`; ``<M̂, X_t>`` and ``<G_t, X_t>`` come from
 ``r x r`` algebra (:mod:`inference.tangent_space`) or from the compiled kernels
 (:mod:`inference._kernels`).
@@ -28,14 +29,46 @@ from lrbandit_gym import engine
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.validation import MAX_MAGNITUDE, check_matrix_stack
 
-__all__ = ["Changes", "LinearFormRound", "Products", "RoundTerms", "check_estimate_scale"]
+__all__ = [
+    "Changes",
+    "LinearFormRound",
+    "Products",
+    "PulledEstimate",
+    "RoundTerms",
+    "check_estimate_scale",
+]
 
 Changes = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 Products = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
+class PulledEstimate(NamedTuple):
+    """The estimate before round ``t`` as Algorithm 2 reads it: the arms it moved since the
+    last round absorbed and the pulled arms' factors."""
+
+    changes: tuple[np.ndarray, ...]
+    """``(bi, ki, U_new, V_new)`` or ``(bi, ki, U_new, V_new, support)``: the (trial, arm)
+    pairs whose factors differ from the ones last absorbed (every pair in the first round),
+    with their new factors, shapes (m, d1, r), (m, d2, r).  ``support`` (m, 2), optional:
+    ``(j, k)`` where a change is one SGD step on the completion context ``e_j e_kᵀ`` (its
+    estimate moved only in row ``j`` and column ``k``; :attr:`agents.LowRankSGD.step_support`),
+    ``(-1, -1)`` where not known: ``Σ_t M̂`` then follows it at O((d1 + d2) r)
+    (:mod:`inference.debiased_sum`)."""
+    U: np.ndarray
+    """The pulled arms' ``U_a``, shape (B, d1, r)."""
+    V: np.ndarray
+    """The pulled arms' ``V_a``, shape (B, d2, r)."""
+    products: Products | None = None
+    """``(X V_a, Xᵀ U_a, D_a)`` of the pulled arms (shapes (B, d1, r), (B, d2, r), (B, r)),
+    when the estimator computed them for its own step; ``D_a`` (the singular values) is
+    only read with ``balanced``."""
+    balanced: bool = False
+    """True promises ``UᵀU`` and ``VᵀV`` diagonal (as :class:`agents.LowRankSGD` stores
+    them), so the orthonormal bases need no ``r x r`` factorisation."""
+
+
 class RoundTerms(NamedTuple):
-    """One round computed and checked by ``propose_parts``, for ``commit_round``."""
+    """One round computed and checked (the first phase), for :meth:`LinearFormRound.commit`."""
 
     changes: tuple[np.ndarray, ...]
     X: Any
@@ -104,82 +137,31 @@ class LinearFormRound:
         """
         return self._sum.changed(U, V)
 
-    def absorb(
-        self,
-        U: np.ndarray,
-        V: np.ndarray,
-        X: np.ndarray,
-        action: np.ndarray,
-        reward: np.ndarray,
-        weight: np.ndarray,
-    ) -> None:
-        """Absorb one round given every arm's factors and the pulled arm's weight.
-
-        The arms whose factors changed are found by :meth:`changed_arms`; the rest is
-        :meth:`absorb_parts`.  Inputs are assumed validated, in the batched layout.
+    def estimate_parts(self, U: np.ndarray, V: np.ndarray, action: np.ndarray) -> PulledEstimate:
+        """The parts of an estimate given by every arm's factors that a round reads: the arms
+        whose factors changed (:meth:`changed_arms`) and the pulled arms' factors.
 
         Parameters
         ----------
         U, V : ndarray of shape (B, K, d1, r) and (B, K, d2, r)
-            Factors of the estimates before round ``t``'s update.
-        X : ndarray of shape (B, d1, d2)
+            Factors of the estimates before round ``t``'s update, validated.
         action : ndarray of int, shape (B,)
-        reward : ndarray of shape (B,)
-        weight : ndarray of shape (B,)
-            Inverse-propensity weight of the pulled arm; 0 keeps the round out of the sums.
         """
-        self.commit_round(self.propose(U, V, X, action, reward, weight))
-
-    def propose(
-        self,
-        U: np.ndarray,
-        V: np.ndarray,
-        X: np.ndarray,
-        action: np.ndarray,
-        reward: np.ndarray,
-        weight: np.ndarray,
-    ) -> RoundTerms:
-        """:meth:`absorb`'s first phase: :meth:`propose_parts` from every arm's factors."""
         trials = np.arange(self._B)
         bi, ki = np.nonzero(self.changed_arms(U, V))
         changes = (bi, ki, U[bi, ki], V[bi, ki])
-        return self.propose_parts(
-            changes, U[trials, action], V[trials, action], X, action, reward, weight
-        )
+        return PulledEstimate(changes, U[trials, action], V[trials, action])
 
-    def absorb_parts(
+    def _propose(
         self,
-        changes: Changes,
-        Ua: np.ndarray,
-        Va: np.ndarray,
-        X: np.ndarray,
+        estimate: PulledEstimate,
+        X: np.ndarray | OneHotContexts,
         action: np.ndarray,
         reward: np.ndarray,
         weight: np.ndarray,
-        balanced: bool = False,
-        products: Products | None = None,
-    ) -> None:
-        """Absorb one round from the parts of the factors it needs (Algorithm 2):
-        :meth:`propose_parts` then :meth:`commit_round`; a round the sums cannot absorb
-        raises :class:`ValueError` and changes nothing."""
-        self.commit_round(
-            self.propose_parts(changes, Ua, Va, X, action, reward, weight, balanced, products)
-        )
-
-    def propose_parts(
-        self,
-        changes: Changes,
-        Ua: np.ndarray,
-        Va: np.ndarray,
-        X: np.ndarray,
-        action: np.ndarray,
-        reward: np.ndarray,
-        weight: np.ndarray,
-        balanced: bool = False,
-        products: Products | None = None,
     ) -> RoundTerms:
         """Compute one round's terms and check that the sums can absorb them, writing
-        nothing; :meth:`commit_round` writes them.
+        nothing; :meth:`commit` writes them.
 
         The pulled arm's residual ``res_t = y_t − <M̂, X_t>`` and ``<G_t, X_t>`` (every
         target) are the round's expensive part; they are kept for the commit.  The round is
@@ -190,36 +172,24 @@ class LinearFormRound:
 
         Parameters
         ----------
-        changes : tuple ``(bi, ki, U_new, V_new)`` or ``(bi, ki, U_new, V_new, support)``
-            The (trial, arm) pairs whose factors differ from the ones last absorbed (every
-            pair in the first round), with their new factors, shapes (m, d1, r), (m, d2, r).
-            ``support`` (m, 2), optional: ``(j, k)`` where a change is one SGD step on the
-            completion context ``e_j e_kᵀ`` (its estimate moved only in row ``j`` and
-            column ``k``; :attr:`agents.LowRankSGD.step_support`), ``(-1, -1)`` where not
-            known: ``Σ_t M̂`` then follows it at O((d1 + d2) r) (:mod:`inference.debiased_sum`).
-        Ua, Va : ndarray of shape (B, d1, r) and (B, d2, r)
-            The pulled arms' factors.
+        estimate : PulledEstimate
+            The estimate before the round (:meth:`estimate_parts`, or a shared estimator's
+            snapshot).
         X : ndarray of shape (B, d1, d2), or OneHotContexts
             The contexts; completion contexts in index form make the round O((d1 + d2) r)
-            (with ``support``).
+            (with a change's ``support``).
         action : ndarray of int, shape (B,)
         reward : ndarray of shape (B,)
         weight : ndarray of shape (B,)
             Inverse-propensity weight ``1/pi_t(a_t)`` of the pulled arm; 0 keeps the round
             out of the correction, ``sigma^2`` and ``S^2`` sums.
-        balanced : bool, default False
-            True promises ``UᵀU`` and ``VᵀV`` diagonal (as :class:`agents.LowRankSGD`
-            stores them), so the orthonormal bases need no ``r x r`` factorisation.
-        products : tuple of ndarray, optional
-            ``(X V_a, Xᵀ U_a, D_a)`` of the pulled arms (shapes (B, d1, r), (B, d2, r),
-            (B, r)), when the estimator computed them for its own step; ``D_a`` (the
-            singular values) is only read with ``balanced=True``.
 
         Raises
         ------
         ValueError
             If the sums cannot absorb the round (naming the trial, reward and residual).
         """
+        changes, Ua, Va, products, balanced = estimate
         one_hot = isinstance(X, OneHotContexts)
         compiled = balanced and products is not None and engine.compiled()
         if compiled:  # positional calls: the round's fixed cost is numba's dispatch
@@ -277,8 +247,9 @@ class LinearFormRound:
             "rescale the rewards, contexts and estimates to order 1"
         )
 
-    def commit_round(self, terms: RoundTerms) -> None:
-        """Write a round proposed by :meth:`propose_parts` (nothing here fails on data).
+    def commit(self, terms: RoundTerms) -> None:
+        """Write a round computed and checked by the first phase (nothing here fails on
+        data).
 
         Raises
         ------

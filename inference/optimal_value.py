@@ -31,6 +31,7 @@ from inference.results import (
     warn_insufficient,
 )
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
+from lrbandit_gym.rounds import Round
 from lrbandit_gym.validation import (
     MIN_PROPENSITY,
     check_actions,
@@ -128,7 +129,13 @@ class OptimalValueInference:
         return arr[0].item() if arr.ndim == 1 else arr[0]
 
     # ------------------------------------------------------------------ one round
-    def update(self, predictions: Any, action: Any, reward: Any, propensities: Any) -> None:
+    def update(
+        self,
+        predictions: Any,
+        action: Any,
+        reward: Any = None,
+        propensities: Any = None,
+    ) -> None:
         """Absorb round ``t``.
 
         Parameters
@@ -136,8 +143,11 @@ class OptimalValueInference:
         predictions : array_like of shape (K,) or (B, K)
             ``<M_hat_{a,t-1}, X_t>`` for every arm, from the estimates *before* round
             ``t``'s update.
-        action : int or array_like of int of shape (B,)
-            Pulled arm ``a_t``.
+        action : int or array_like of int of shape (B,), or Round
+            Pulled arm ``a_t``.  A :class:`~lrbandit_gym.rounds.Round` (checked at the
+            edge, with propensities) stands for the whole round; then ``reward`` and
+            ``propensities`` are not given and ``predictions`` are the batched (B, K) array
+            that :meth:`check_predictions` passed.
         reward : float or array_like of shape (B,)
             Observed ``y_t``.
         propensities : array_like of shape (K,) or (B, K)
@@ -149,6 +159,13 @@ class OptimalValueInference:
         ValueError
             On any malformed input; the object is then unchanged.
         """
+        if isinstance(action, Round):
+            if reward is not None or propensities is not None:
+                raise TypeError("update(predictions, round) takes no reward or propensities")
+            if action.propensities is None:
+                raise ValueError("the round must carry propensities (pi_t(a) for every arm)")
+            self._absorb(predictions, action.actions, action.rewards, action.propensities)
+            return
         K = self.n_actions
         pred = check_matrix_stack(predictions, (K,), self.n_trials, "predictions")
         a = check_actions(action, K, self.n_trials)
@@ -156,7 +173,7 @@ class OptimalValueInference:
         known = self.propensities == "known"
         p = check_propensities(propensities, a, K, self.n_trials, require_chosen_positive=known)
         self.check_predictions(pred, p)
-        self.update_validated(pred, a, y, p)
+        self._absorb(pred, a, y, p)
 
     def check_predictions(self, predictions: np.ndarray, propensities: np.ndarray) -> None:
         """Raise unless ``pi_t(a_hat_t) > 0``, before any state changes.
@@ -197,16 +214,15 @@ class OptimalValueInference:
                 f"arm; a deterministic policy cannot be evaluated)"
             )
 
-    def update_validated(
+    def _absorb(
         self,
         predictions: np.ndarray,
         action: np.ndarray,
         reward: np.ndarray,
         propensities: np.ndarray,
     ) -> None:
-        """:meth:`update` on inputs assumed validated, in the batched layout.
-
-        :meth:`check_predictions` is assumed to have passed on the same arrays.
+        """One checked round, in the batched layout (:meth:`check_predictions` passed on
+        the same arrays): the sums of ``V_hat_n`` (eq. (16)) and ``S_hat_V^2`` (eq. (18)).
 
         Parameters
         ----------
@@ -242,7 +258,7 @@ class OptimalValueInference:
         self._n += 1
 
     def _update_one(self, pred: np.ndarray, a: int, y: float, p: np.ndarray) -> None:
-        """:meth:`update_validated` for one trial in Python scalars: the same operations in
+        """:meth:`_absorb` for one trial in Python scalars: the same operations in
         the same order (so the same numbers), without the per-call cost of small arrays."""
         a_hat = int(pred.argmax())
         p_hat = float(p[a_hat])

@@ -27,6 +27,7 @@ import numpy as np
 
 from agents.state import check_count, generator_state, generator_state_from
 from lrbandit_gym.onehot import OneHotContexts
+from lrbandit_gym.rounds import Round
 from lrbandit_gym.validation import check_positive_int
 
 __all__ = [
@@ -256,8 +257,8 @@ class RegretCorrection:
     """
 
     def __init__(self, wrapper, size: int | None) -> None:
-        from inference.shared_estimator import SharedEstimate
         from inference.linear_form import LinearFormInference
+        from inference.shared_estimator import SharedEstimate
 
         self.d1, self.d2, self.K = wrapper.d1, wrapper.d2, wrapper.n_actions
         self.n_trials = wrapper.n_trials
@@ -305,7 +306,7 @@ class RegretCorrection:
         computed and checked (what can fail), or None when the reference is shared."""
         if self._feed is None:
             return None
-        return self._feed.propose(parts, Xb, actions, rewards, props), parts
+        return self._feed.propose(parts, Round(Xb, actions, rewards, props)), parts
 
     def absorb(self, staged, Xb, predictions, props) -> None:
         """Commit the round (cannot fail): keep it in the reservoir, feed the own reference

@@ -31,6 +31,7 @@ from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
 from inference.wrapper_base import InferenceWrapperBase
 from lrbandit_gym.onehot import OneHotContexts
+from lrbandit_gym.rounds import Round
 from lrbandit_gym.validation import MIN_PROPENSITY
 
 __all__ = ["GREEDY", "PolicyEvaluation", "VectorPolicyEvaluation"]
@@ -169,7 +170,7 @@ class _PolicyEvaluationBase(InferenceWrapperBase):
     def _stage(self, snapshot, x, actions, rewards, props):
         """The round's terms computed and checked before any layer commits."""
         pred, pmfs = snapshot
-        return self.core.propose(pred, actions, rewards, props, pmfs)
+        return self.core.propose(Round(self._batched(x), actions, rewards, props), pred, pmfs)
 
     def _absorb(self, staged, x, actions, rewards, props):
         self.core.commit(staged)

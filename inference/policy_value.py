@@ -36,6 +36,7 @@ import numpy as np
 from agents.state import check_config, check_count, copy_arrays
 from inference.results import IntervalEstimate, trials_phrase, warn_insufficient
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
+from lrbandit_gym.rounds import Round
 from lrbandit_gym.validation import (
     PROPENSITY_TOL,
     check_actions,
@@ -162,7 +163,12 @@ class PolicyValueInference:
 
     # ------------------------------------------------------------------ one round
     def update(
-        self, predictions: Any, action: Any, reward: Any, propensities: Any, targets: Any
+        self,
+        predictions: Any,
+        action: Any,
+        reward: Any = None,
+        propensities: Any = None,
+        targets: Any = None,
     ) -> None:
         """Absorb round ``t``.
 
@@ -171,8 +177,11 @@ class PolicyValueInference:
         predictions : array_like of shape (K,) or (B, K)
             ``m̂_{a,t} = <M̂_{a,t−1}, X_t>`` for every arm, from an estimate that has not
             seen round ``t`` (any predictable outcome model; zeros give plain IPW).
-        action : int or array_like of int of shape (B,)
-            Pulled arm ``a_t``.
+        action : int or array_like of int of shape (B,), or Round
+            Pulled arm ``a_t``.  A :class:`~lrbandit_gym.rounds.Round` (checked at the
+            edge, with propensities) stands for the whole round; then ``reward`` and
+            ``propensities`` are not given and ``predictions`` and ``targets`` are batched
+            and checked (see :meth:`propose`).
         reward : float or array_like of shape (B,)
             Observed ``y_t``.
         propensities : array_like of shape (K,) or (B, K)
@@ -185,13 +194,22 @@ class PolicyValueInference:
         ValueError
             On any malformed input; the object is then unchanged.
         """
+        if isinstance(action, Round):
+            if reward is not None or propensities is not None:
+                raise TypeError(
+                    "update(predictions, round, targets) takes no reward or propensities"
+                )
+            if action.propensities is None:
+                raise ValueError("the round must carry propensities (pi_t(a) for every arm)")
+            self.commit(self.propose(action, predictions, targets))
+            return
         K = self.n_actions
         pred = check_matrix_stack(predictions, (K,), self.n_trials, "predictions")
         a = check_actions(action, K, self.n_trials)
         y = check_batch_vector(reward, self.n_trials, "reward")
         p = check_propensities(propensities, a, K, self.n_trials)
         pmfs = check_target_pmfs(targets, len(self.policies), K, self.n_trials, names=self.policies)
-        self.update_validated(pred, np.atleast_1d(a), y, p, pmfs)
+        self.commit(self._checked_terms(pred, np.atleast_1d(a), y, p, pmfs))
 
     @staticmethod
     def terms(
@@ -207,18 +225,30 @@ class PolicyValueInference:
         weight = targets[trials, :, action] / propensities[trials, action][:, None]
         return np.einsum("bjk,bk->bj", targets, predictions) + weight * res[:, None]  # (AIPW)
 
-    def update_validated(
-        self,
-        predictions: np.ndarray,
-        action: np.ndarray,
-        reward: np.ndarray,
-        propensities: np.ndarray,
-        targets: np.ndarray,
-    ) -> None:
-        """:meth:`update` on validated inputs in the batched layout (see :meth:`terms`)."""
-        self.commit(self.propose(predictions, action, reward, propensities, targets))
+    def propose(self, round_: Round, predictions: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """The first phase of a round: its AIPW terms ``(B, P)`` (:meth:`terms`), checked so
+        that the running sums can hold them (their squares finite); nothing changes.
+        :meth:`commit` adds them.
 
-    def propose(
+        Parameters
+        ----------
+        round_ : Round
+            The round, checked, with propensities positive at the pulled arms (its contexts
+            are not read).
+        predictions : ndarray of shape (B, K)
+        targets : ndarray of shape (B, P, K)
+            Checked pmfs of the target policies.
+
+        Raises
+        ------
+        ValueError
+            If a prediction or a term is too large for the sums, naming the trial.
+        """
+        return self._checked_terms(
+            predictions, round_.actions, round_.rewards, round_.propensities, targets
+        )
+
+    def _checked_terms(
         self,
         predictions: np.ndarray,
         action: np.ndarray,
@@ -226,14 +256,8 @@ class PolicyValueInference:
         propensities: np.ndarray,
         targets: np.ndarray,
     ) -> np.ndarray:
-        """The round's AIPW terms ``(B, P)``, checked so that the running sums can hold
-        them (their squares finite); nothing changes.
-
-        Raises
-        ------
-        ValueError
-            If a prediction or a term is too large for the sums, naming the trial.
-        """
+        """:meth:`terms` of checked batched arrays, refused (naming the trial) where their
+        squares would overflow the running sums."""
         check_magnitude(predictions, "predictions", batched=self.batched)
         g = self.terms(predictions, action, reward, propensities, targets)
         with np.errstate(over="ignore", invalid="ignore"):

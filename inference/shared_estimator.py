@@ -17,7 +17,9 @@ from typing import NamedTuple
 import numpy as np
 
 from agents.estimator import LowRankSGD
-from inference.linear_form import LinearFormInference, RoundTerms
+from inference.linear_form import LinearFormInference
+from inference.linear_form_round import PulledEstimate, RoundTerms
+from lrbandit_gym.rounds import Round
 
 __all__ = ["EstimateSnapshot", "SharedEstimate"]
 
@@ -25,18 +27,12 @@ __all__ = ["EstimateSnapshot", "SharedEstimate"]
 class EstimateSnapshot(NamedTuple):
     """What the core reads of one round's estimate, taken before the estimator's step."""
 
-    changes: tuple[np.ndarray, ...]
-    """``(trials, arms, U, V)``: the (trial, arm) pairs whose factors moved since the core's
-    last round, with their current factors; ``(trials, arms, U, V, support)`` for a
-    completion estimator, ``support`` the ``(j, k)`` of the one step that moved each pair
-    (``(-1, -1)`` where it moved otherwise or more than once) from
-    :attr:`agents.LowRankSGD.step_support`."""
-    U: np.ndarray
-    """Pulled arms' ``U_a`` (B, d1, r)."""
-    V: np.ndarray
-    """Pulled arms' ``V_a`` (B, d2, r)."""
-    products: tuple[np.ndarray, np.ndarray, np.ndarray]
-    """``(X V_a, Xᵀ U_a, singular values of the pulled arms)``."""
+    estimate: PulledEstimate
+    """The arms that moved since the core's last round, with their current factors (for a
+    completion estimator with the ``support`` ``(j, k)`` of the one step that moved each pair,
+    ``(-1, -1)`` where it moved otherwise or more than once, from
+    :attr:`agents.LowRankSGD.step_support`), the pulled arms' factors and their products
+    ``(X V_a, Xᵀ U_a, singular values)``, balanced."""
     versions: np.ndarray
     """The estimator's per-arm versions when the snapshot was taken."""
 
@@ -96,49 +92,27 @@ class SharedEstimate:
         changes = (trials, arms, U_moved, V_moved)
         if support is not None:
             changes += (support,)
-        return EstimateSnapshot(changes, U, V, (pulled.XV, pulled.XtU, pulled.sv), versions)
+        products = (pulled.XV, pulled.XtU, pulled.sv)
+        return EstimateSnapshot(PulledEstimate(changes, U, V, products, True), versions)
 
-    def absorb(
-        self,
-        snapshot: EstimateSnapshot,
-        Xb: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        propensities: np.ndarray,
-    ) -> None:
-        """Absorb the round into the core (validated batched arrays) from its snapshot:
-        :meth:`propose` then :meth:`commit`."""
-        self.commit(self.propose(snapshot, Xb, actions, rewards, propensities), snapshot)
+    def absorb(self, snapshot: EstimateSnapshot, round_: Round) -> None:
+        """Absorb a checked round into the core from its snapshot: :meth:`propose` then
+        :meth:`commit`."""
+        self.commit(self.propose(snapshot, round_), snapshot)
 
-    def propose(
-        self,
-        snapshot: EstimateSnapshot,
-        Xb: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        propensities: np.ndarray,
-    ) -> RoundTerms:
+    def propose(self, snapshot: EstimateSnapshot, round_: Round) -> RoundTerms:
         """The round computed and checked by the core
-        (:meth:`~inference.LinearFormInference.propose_update_parts`), nothing written:
-        an inference wrapper runs it before committing any layer of its step.
+        (:meth:`~inference.LinearFormInference.propose`), nothing written: an inference
+        wrapper runs it before committing any layer of its step.
 
         Raises
         ------
         ValueError
             If the core's running sums cannot absorb the round.
         """
-        return self.core.propose_update_parts(
-            snapshot.changes,
-            snapshot.U,
-            snapshot.V,
-            Xb,
-            actions,
-            rewards,
-            propensities,
-            snapshot.products,
-        )
+        return self.core.propose(round_, snapshot.estimate)
 
     def commit(self, terms: RoundTerms, snapshot: EstimateSnapshot) -> None:
         """Write a round from :meth:`propose` into the core (nothing here fails on data)."""
-        self.core.commit_round(terms)
+        self.core.commit(terms)
         self._seen = (self.core.position, snapshot.versions)

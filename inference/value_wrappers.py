@@ -24,6 +24,7 @@ from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
 from inference.wrapper_base import InferenceWrapperBase
 from lrbandit_gym.onehot import OneHotContexts
+from lrbandit_gym.rounds import Round
 
 __all__ = ["ValueInference", "VectorValueInference"]
 
@@ -107,7 +108,8 @@ class _ValueInferenceBase(InferenceWrapperBase):
 
     def _absorb(self, staged, x, actions, rewards, props):
         predictions, regret = staged
-        self.core.update_validated(predictions, actions, rewards, props)
+        round_ = Round(self._batched(x), actions, rewards, props)
+        self.core.update(predictions, round_)
         if self._regret is not None:
             self._regret.absorb(regret, self._batched(x), predictions, props)
 

@@ -35,11 +35,12 @@ from gymnasium.utils import RecordConstructorArgs
 from gymnasium.vector import VectorWrapper
 
 from agents.estimator import LowRankSGD
-from inference.shared_estimator import SharedEstimate
 from inference.linear_form import LinearFormInference
 from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
+from inference.shared_estimator import SharedEstimate
 from inference.wrapper_base import InferenceWrapperBase
+from lrbandit_gym.rounds import Round
 
 __all__ = ["ParameterInference", "VectorParameterInference"]
 
@@ -116,16 +117,17 @@ class _ParameterInferenceBase(InferenceWrapperBase):
         """The core's round computed and checked before any layer commits (a round whose
         squares its running sums cannot hold raises here): ``(kind, terms, parts)``."""
         kind, parts = snapshot
-        x = self._batched(x)
         # Inputs were validated before the step (decision, reward).
+        round_ = Round(self._batched(x), actions, rewards, props)
         if kind == "factors":
-            return kind, self.core.propose_validated(*parts, x, actions, rewards, props), parts
-        return kind, self._feed.propose(parts, x, actions, rewards, props), parts
+            estimate = self.core.estimate_parts(*parts, actions)
+            return kind, self.core.propose(round_, estimate), parts
+        return kind, self._feed.propose(parts, round_), parts
 
     def _absorb(self, staged, x, actions, rewards, props):
         kind, terms, parts = staged
         if kind == "factors":
-            self.core.commit_round(terms)
+            self.core.commit(terms)
         else:
             self._feed.commit(terms, parts)
 

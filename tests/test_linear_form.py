@@ -19,7 +19,9 @@ import pytest
 from scipy.special import ndtri
 
 from inference.linear_form import LinearFormInference
+from inference.linear_form_round import PulledEstimate
 from inference.results import InsufficientDataWarning, IntervalEstimate
+from lrbandit_gym.rounds import Round
 
 # ----------------------------------------------------------------------------- reference
 
@@ -327,9 +329,10 @@ def _balanced_stream(rng, n, B, K, d1, d2, r):
 
 
 @pytest.mark.parametrize("engine_name", ["numpy", "numba"])
-def test_update_parts_equals_update(engine_name):
-    """The wrappers' seam: changed_arms + update_parts (balanced factors, the estimator's
-    products) gives what update() gives, and position tracks the rounds absorbed."""
+def test_proposed_parts_equal_update(engine_name):
+    """The wrappers' seam: changed_arms, then propose and commit a checked Round from the
+    parts of balanced factors (the estimator's products) gives what update() gives, and
+    position tracks the rounds absorbed."""
     from lrbandit_gym import engine
 
     if engine_name == "numba" and not engine.numba_available():
@@ -349,7 +352,9 @@ def test_update_parts_equals_update(engine_name):
             bi, ki = np.nonzero(mask)
             Ua, Va = U[trials, a], V[trials, a]
             products = (X @ Va, X.swapaxes(1, 2) @ Ua, s[trials, a])
-            parts.update_parts((bi, ki, U[bi, ki], V[bi, ki]), Ua, Va, X, a, y, p, products)
+            changes = (bi, ki, U[bi, ki], V[bi, ki])
+            estimate = PulledEstimate(changes, Ua, Va, products, balanced=True)
+            parts.commit(parts.propose(Round(X, a, y, p), estimate))
             assert parts.position[0] == t + 1
     tol = 1e-12 if engine_name == "numpy" else 1e-10
     for key, value in full.state_dict().items():
@@ -359,20 +364,39 @@ def test_update_parts_equals_update(engine_name):
         np.testing.assert_allclose(parts.debiased_mean(i), full.debiased_mean(i), rtol=tol)
 
 
-def test_update_validated_and_aliases():
+def test_a_checked_round_and_its_two_phases_equal_update():
     rng = np.random.default_rng(9)
     B, K, d1, d2, r = 2, 3, 6, 5, 2
     targets = _targets(rng, d1, d2)
     hist = make_history(rng, 20, K, d1, d2, r, B=B)
     full = LinearFormInference(d1, d2, r, K, targets, n_trials=B)
-    seam = LinearFormInference(d1, d2, r, K, targets, n_trials=B)
+    whole = LinearFormInference(d1, d2, r, K, targets, n_trials=B)
+    phased = LinearFormInference(d1, d2, r, K, targets, n_trials=B)
     for U, V, X, a, y, p in hist:
         full.update(U, V, X, a, y, p)
-        seam.update_validated(U, V, X, a, y, p)
-    for key, value in full.state_dict().items():
-        if isinstance(value, np.ndarray):
-            np.testing.assert_array_equal(value, seam.state_dict()[key])
-    assert full.interval(1, "dense") == seam.interval(1, "dense")
+        round_ = phased.check_round(X, a, y, p)
+        whole.update(U, V, round_)
+        phased.commit(phased.propose(round_, phased.estimate_parts(U, V, round_.actions)))
+    for seam in (whole, phased):
+        for key, value in full.state_dict().items():
+            if isinstance(value, np.ndarray):
+                np.testing.assert_array_equal(value, seam.state_dict()[key])
+        assert full.interval(1, "dense") == seam.interval(1, "dense")
+    with pytest.raises(TypeError, match="takes no action"):
+        whole.update(U, V, round_, a)
+    with pytest.raises(ValueError, match="propensities"):
+        whole.update(U, V, round_._replace(propensities=None))
+
+
+def test_a_round_proposed_before_a_change_is_refused():
+    rng = np.random.default_rng(10)
+    inf = LinearFormInference(4, 3, 1, 2, {"T": np.eye(4, 3)})
+    U, V = rng.standard_normal((2, 4, 1)), rng.standard_normal((2, 3, 1))
+    round_ = inf.check_round(rng.standard_normal((4, 3)), 0, 0.5, np.array([0.5, 0.5]))
+    terms = inf.propose(round_, inf.estimate_parts(U[None], V[None], round_.actions))
+    inf.update(U, V, round_)
+    with pytest.raises(RuntimeError, match="propose it again"):
+        inf.commit(terms)
 
 
 def test_position_changes_with_rounds_and_restored_state():

@@ -17,6 +17,7 @@ from scipy.special import ndtr, ndtri
 
 from inference.optimal_value import OptimalValueInference
 from inference.results import InsufficientDataWarning, IntervalEstimate
+from lrbandit_gym.rounds import Round
 
 # ----------------------------------------------------------------------------- reference
 
@@ -120,9 +121,8 @@ def test_batched_equals_unbatched(mode):
 
 
 @pytest.mark.parametrize("mode", ["known", "estimated"])
-def test_validated_seams_equal_update(mode):
-    """check_predictions + update_validated on batched arrays is update() without the
-    input checks; the underscore names are the same methods."""
+def test_a_checked_round_equals_update(mode):
+    """check_predictions, then update with a checked Round, is update() on raw arrays."""
     rng = np.random.default_rng(6)
     B, K = 3, 3
     hist = make_history(rng, 20, K, B=B)
@@ -131,7 +131,7 @@ def test_validated_seams_equal_update(mode):
     for pred, a, y, p in hist:
         full.update(pred, a, y, p)
         seams.check_predictions(pred, p)
-        seams.update_validated(pred, a, y, p)
+        seams.update(pred, Round(np.zeros((B, 1, 1)), a, y, p))
     for key, value in full.state_dict().items():
         if isinstance(value, np.ndarray):
             np.testing.assert_array_equal(value, seams.state_dict()[key])

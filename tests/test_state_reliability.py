@@ -440,6 +440,7 @@ def test_the_feed_refuses_an_overflowing_round_before_writing_on_either_engine(n
     # not.  Before the fix the round entered the sums and every interval was NaN after it.
     from inference.shared_estimator import SharedEstimate
     from lrbandit_gym import engine
+    from lrbandit_gym.rounds import Round
 
     if name == "numba" and not engine.numba_available():
         pytest.skip("needs numba (fast extra)")
@@ -461,7 +462,7 @@ def test_the_feed_refuses_an_overflowing_round_before_writing_on_either_engine(n
 
         def absorb(X, rewards):
             Xb, fp = est.check_context(X)
-            feed.absorb(feed.snapshot(Xb, actions, fp), Xb, actions, rewards, props)
+            feed.absorb(feed.snapshot(Xb, actions, fp), Round(Xb, actions, rewards, props, fp))
 
         for t in range(5):  # the estimate is held; only the core learns
             if context == "completion":

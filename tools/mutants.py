@@ -76,7 +76,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "inference/value_wrappers.py",
         "round_ = Round(self._batched(x), actions, rewards, props)",
         "round_ = Round(\n"
-        "            self._batched(x), actions, rewards, np.full_like(props, 1.0 / props.shape[-1])\n"
+        "            self._batched(x), actions, rewards, "
+        "np.full_like(props, 1.0 / props.shape[-1])\n"
         "        )",
         ("tests/test_mutants.py", "tests/test_wrappers.py", "tests/test_optimal_value.py"),
     ),

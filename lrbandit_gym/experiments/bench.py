@@ -218,6 +218,7 @@ def bench_study_round(d: int = 50, num_envs: int = 125, seed: int = 0) -> dict:
     from inference import LinearFormInference, VectorParameterInference
     from inference.shared_estimator import SharedEstimate
     from lrbandit_gym.experiments.studies import StudyConfig, make_study_env, paper_targets
+    from lrbandit_gym.rounds import Round
 
     with threadpool_limits(1):
         venv = make_study_env(StudyConfig(d1=d, d2=d), num_envs)
@@ -254,7 +255,7 @@ def bench_study_round(d: int = 50, num_envs: int = 125, seed: int = 0) -> dict:
             a = np.where(rng.random(num_envs) < eps, rng.integers(0, est.n_actions, num_envs), best)
             y = mean[trials, a] + problem.noise_std[a] * rng.standard_normal(num_envs)
             snapshot = feed.snapshot(X, a, fp)
-            feed.absorb(snapshot, X, a, y, probs)
+            feed.absorb(snapshot, Round(X, a, y, probs, fp))
             est.step_validated(X, a, y, probs, fp)
 
         for _ in range(20):  # past the first rounds (exact comparisons, cold caches)

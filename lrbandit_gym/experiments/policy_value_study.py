@@ -46,6 +46,7 @@ def _chunk(env_kwargs: dict[str, Any], trials: int, n: int, seed: int) -> dict[s
     import lrbandit_gym  # noqa: F401
     from agents import EpsilonGreedy
     from inference import GREEDY, PolicyValueInference, VectorPolicyEvaluation
+    from lrbandit_gym.rounds import Round
 
     venv = gym.make_vec(
         "MatrixContextBandit-v0",
@@ -87,9 +88,9 @@ def _chunk(env_kwargs: dict[str, Any], trials: int, n: int, seed: int) -> dict[s
         next_obs, reward, *_ = env.step(decision)
         if ready:
             a, p = decision.action, decision.propensities
-            ipw.update_validated(np.zeros((trials, 2)), a, reward, p, pmfs)
+            ipw.update(np.zeros((trials, 2)), Round(obs, a, reward, p), targets=pmfs)
             truth_pred = np.tensordot(obs, M, axes=([-2, -1], [1, 2]))
-            oracle.update_validated(truth_pred, a, reward, p, pmfs)
+            oracle.update(truth_pred, Round(obs, a, reward, p), targets=pmfs)
         agent.update(obs, decision, reward)
         obs = next_obs
     D_hat = np.asarray(agent.estimator.estimates)

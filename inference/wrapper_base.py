@@ -48,6 +48,7 @@ __all__ = ["InferenceWrapperBase"]
 #: :class:`~inference.results.SmallPropensityWarning`, once per wrapper.
 SMALL_PROPENSITY = 1e-3
 
+
 def _nothing() -> None:
     """A prepared update with nothing to do (or to undo)."""
 
@@ -235,7 +236,11 @@ class InferenceWrapperBase(WrapperState):
         actions = np.array(arm, ndmin=1)
         if actions.dtype.kind not in "iu" or actions.shape != (1 if b is None else b,):
             raise ValueError(f"action must be an integer (array of shape ({b},)); got {arm!r}")
-        if ((actions < 0) | (actions >= self.n_actions)).any():
+        if (
+            not 0 <= actions.item() < self.n_actions  # one action, compared as a Python int
+            if b is None
+            else ((actions < 0) | (actions >= self.n_actions)).any()
+        ):
             raise ValueError(f"action must be in [0, {self.n_actions}); got {arm!r}")
         props = check_propensities(props, actions, self.n_actions, b)
         if not self._small_propensity_warned:
@@ -258,6 +263,8 @@ class InferenceWrapperBase(WrapperState):
         :data:`SMALL_PROPENSITY` (a weight ``1/π`` above 1000): the theory wants the weights
         bounded, and softmax at a low temperature breaks that (docs/reproduction.md, the
         grid's ``laplace`` setting: a parameter cell covered 0.923)."""
+        if props.shape[0] == 1 and props[0, actions[0]] >= SMALL_PROPENSITY:
+            return  # one trial, not small (the common case), without small-array costs
         chosen = props[np.arange(props.shape[0]), actions]
         if not (chosen < SMALL_PROPENSITY).any():
             return
@@ -297,7 +304,11 @@ class InferenceWrapperBase(WrapperState):
             fp = self.estimator.fingerprint(xb)
             # An entry beyond MAX_MAGNITUDE shows in the fingerprint (short of an exact
             # cancellation against the fixed weights); a NaN fails the comparison.
-            if (np.abs(fp) <= MAX_MAGNITUDE).all():
+            if (
+                abs(fp.item()) <= MAX_MAGNITUDE  # one context: a Python float
+                if fp.size == 1
+                else (np.abs(fp) <= MAX_MAGNITUDE).all()
+            ):
                 if self.context == "completion":
                     ctx = one_hot_contexts(xb)
                     if ctx is None:

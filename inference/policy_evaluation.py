@@ -30,7 +30,6 @@ from inference.policy_value import PolicyValueInference, check_target_pmfs
 from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
 from inference.wrapper_base import InferenceWrapperBase
-from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.rounds import Round
 from lrbandit_gym.validation import MIN_PROPENSITY
 
@@ -102,12 +101,10 @@ class _PolicyEvaluationBase(InferenceWrapperBase):
         self.core = PolicyValueInference(self.n_actions, self.policy_names, n_trials=self.n_trials)
 
     # ------------------------------------------------------------------ per round
-    def _predictions(self, x) -> np.ndarray:
+    def _predictions(self, xb) -> np.ndarray:
         if isinstance(self.estimator, LowRankSGD):  # shares the agent's X V of this round
-            return self.estimator.predict_validated(self._batched(x), self._fp)
-        if isinstance(x, OneHotContexts):  # another estimator reads the matrix
-            x = x.dense() if self.n_trials is not None else x.dense()[0]
-        return np.array(self.estimator.predict(x), ndmin=2)
+            return self.estimator.predict_validated(xb, self._fp)
+        return self._predict_dense(xb)
 
     def _target_pmf(self, name: str, policy: Any, predictions: np.ndarray) -> np.ndarray:
         """One target's pmf at the current context, batched ``(B, K)``."""
@@ -142,8 +139,8 @@ class _PolicyEvaluationBase(InferenceWrapperBase):
             )
         return arr.astype(float).reshape(B, K)
 
-    def _snapshot(self, x, actions, props):
-        pred = self._predictions(x)
+    def _snapshot(self, xb, actions, props):
+        pred = self._predictions(xb)
         pmfs = np.stack([self._target_pmf(n, p, pred) for n, p in self._targets.items()], axis=1)
         pmfs = check_target_pmfs(
             pmfs,
@@ -167,12 +164,12 @@ class _PolicyEvaluationBase(InferenceWrapperBase):
             )
         return pred, pmfs
 
-    def _stage(self, snapshot, x, actions, rewards, props):
+    def _stage(self, snapshot, round_: Round):
         """The round's terms computed and checked before any layer commits."""
         pred, pmfs = snapshot
-        return self.core.propose(Round(self._batched(x), actions, rewards, props), pred, pmfs)
+        return self.core.propose(round_, pred, pmfs)
 
-    def _absorb(self, staged, x, actions, rewards, props):
+    def _absorb(self, staged, round_: Round):
         self.core.commit(staged)
 
     def _restored(self) -> None:

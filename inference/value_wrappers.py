@@ -23,7 +23,6 @@ from inference.played_regret import CORRECTIONS, RegretCorrection, correct_inter
 from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
 from inference.wrapper_base import InferenceWrapperBase
-from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.rounds import Round
 
 __all__ = ["ValueInference", "VectorValueInference"]
@@ -86,32 +85,29 @@ class _ValueInferenceBase(InferenceWrapperBase):
             RegretCorrection(self, regret_reservoir) if self.correction != "none" else None
         )
 
-    def _snapshot(self, x, actions, props):
+    def _snapshot(self, xb, actions, props):
         if isinstance(self.estimator, LowRankSGD):  # shares the agent's X V of this round
-            pred = self.estimator.predict_validated(self._batched(x), self._fp)
+            pred = self.estimator.predict_validated(xb, self._fp)
         else:
-            if isinstance(x, OneHotContexts):  # another estimator reads the matrix
-                x = x.dense() if self.n_trials is not None else x.dense()[0]
-            pred = np.array(self.estimator.predict(x), ndmin=2)
+            pred = self._predict_dense(xb)
         self.core.check_predictions(pred, props)  # before the step: 1/(1 - e_t) must exist
         if self._regret is None:
             return pred, None
-        return pred, self._regret.snapshot(self._batched(x), actions, self._fp)
+        return pred, self._regret.snapshot(xb, actions, self._fp)
 
-    def _stage(self, snapshot, x, actions, rewards, props):
+    def _stage(self, snapshot, round_: Round):
         """The regret correction's own reference core staged before any layer commits (a
         round it cannot absorb raises here): ``(predictions, staged)``."""
         predictions, parts = snapshot
         if self._regret is None:
             return predictions, None
-        return predictions, self._regret.stage(parts, self._batched(x), actions, rewards, props)
+        return predictions, self._regret.stage(parts, round_)
 
-    def _absorb(self, staged, x, actions, rewards, props):
+    def _absorb(self, staged, round_: Round):
         predictions, regret = staged
-        round_ = Round(self._batched(x), actions, rewards, props)
         self.core.update(predictions, round_)
         if self._regret is not None:
-            self._regret.absorb(regret, self._batched(x), predictions, props)
+            self._regret.absorb(regret, round_, predictions)
 
     def _restored(self) -> None:
         if self._regret is not None:

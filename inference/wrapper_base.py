@@ -40,6 +40,7 @@ from inference.stack_step import CheckedInput, StackStep
 from inference.wrapper_state import WrapperState
 from lrbandit_gym.decision import split_decision
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
+from lrbandit_gym.rounds import Round
 from lrbandit_gym.validation import MAX_MAGNITUDE, check_magnitude, check_propensities
 
 __all__ = ["InferenceWrapperBase"]
@@ -354,10 +355,17 @@ class InferenceWrapperBase(WrapperState):
         check_magnitude(r, "reward", batched=b is not None)  # its square must be finite
         return r
 
-    def _stage(self, snapshot, x, actions, rewards, props):
+    def _stage(self, snapshot, round_: Round):
         """Everything of the round's absorption that can fail, run before any layer of the
         step commits; returns what :meth:`_absorb` takes (by default the snapshot itself)."""
         return snapshot
+
+    def _predict_dense(self, xb) -> np.ndarray:
+        """Every arm's prediction, ``(B, K)``, from an estimator other than a
+        :class:`LowRankSGD`: it reads the context ``xb`` (batched) as a matrix, unbatched for
+        a single env."""
+        x = xb.dense() if isinstance(xb, OneHotContexts) else xb
+        return np.array(self.estimator.predict(x if self.n_trials is not None else x[0]), ndmin=2)
 
     def _estimate_ready(self) -> bool:
         return bool(self.estimator.initialized)
@@ -395,17 +403,20 @@ class InferenceWrapperBase(WrapperState):
         proposal = self.estimator.propose_step(xb, actions, rewards, props, self._fp)
         return (lambda: self.estimator.commit_step(proposal)), _nothing
 
-    def _prepare(self, snapshot, x, actions, rewards, props, obs):
-        """This wrapper's share of the round, prepared: ``(commit, abort)``; ``commit(info)``
-        absorbs it, moves to the next context and writes the running values into ``info``.
-        The core's share is staged first (:meth:`_stage`: computed and checked, so a round
-        its sums cannot absorb is refused here, before any layer commits)."""
-        staged = None if snapshot is None else self._stage(snapshot, x, actions, rewards, props)
-        commit_own, abort = self._prepare_own(x, actions, rewards, props)
+    def _prepare(self, snapshot, round_: Round, x, obs):
+        """This wrapper's share of the checked ``round_`` (context ``x`` as :meth:`_context`
+        gave it), prepared: ``(commit, abort)``; ``commit(info)`` absorbs it, moves to the
+        next context ``obs`` and writes the running values into ``info``.  The core's share
+        is staged first (:meth:`_stage`: computed and checked, so a round its sums cannot
+        absorb is refused here, before any layer commits)."""
+        staged = None if snapshot is None else self._stage(snapshot, round_)
+        commit_own, abort = self._prepare_own(
+            x, round_.actions, round_.rewards, round_.propensities
+        )
 
         def commit(info):
             if snapshot is not None:
-                self._absorb(staged, x, actions, rewards, props)
+                self._absorb(staged, round_)
             else:
                 self.rounds_skipped += 1
             commit_own()
@@ -438,7 +449,8 @@ class InferenceWrapperBase(WrapperState):
         joined = self._joined
         actions, props = self._resolve(action, None if joined is None else joined.checked)
         x = self._x
-        snapshot = self._snapshot(x, actions, props) if self._estimate_ready() else None
+        xb = self._batched(x)
+        snapshot = self._snapshot(xb, actions, props) if self._estimate_ready() else None
         step = StackStep(self.unwrapped, self._undo) if joined is None else joined
         inner = self._inner
         try:
@@ -452,7 +464,7 @@ class InferenceWrapperBase(WrapperState):
                 finally:
                     inner.join(None)
             rewards = self._check_reward(reward, self.n_trials)
-            step.add(*self._prepare(snapshot, x, actions, rewards, props, obs))
+            step.add(*self._prepare(snapshot, Round(xb, actions, rewards, props), x, obs))
         except BaseException:
             if joined is None:
                 step.undo()

@@ -105,26 +105,25 @@ class _ParameterInferenceBase(InferenceWrapperBase):
             SharedEstimate(self.estimator, core) if isinstance(self.estimator, LowRankSGD) else None
         )
 
-    def _snapshot(self, x, actions, props):
+    def _snapshot(self, xb, actions, props):
         if self._feed is None:  # any estimator with factors: copies of all of them
             u, v = (np.array(f, copy=True) for f in self.estimator.factors)
             return "factors", ((u, v) if self.n_trials is not None else (u[None], v[None]))
         # A LowRankSGD: only what the core reads, the products X V_a and Xᵀ U_a of the
         # pulled arms shared with the estimator's own update of this round.
-        return "parts", self._feed.snapshot(self._batched(x), actions, self._fp)
+        return "parts", self._feed.snapshot(xb, actions, self._fp)
 
-    def _stage(self, snapshot, x, actions, rewards, props):
+    def _stage(self, snapshot, round_: Round):
         """The core's round computed and checked before any layer commits (a round whose
         squares its running sums cannot hold raises here): ``(kind, terms, parts)``."""
         kind, parts = snapshot
         # Inputs were validated before the step (decision, reward).
-        round_ = Round(self._batched(x), actions, rewards, props)
         if kind == "factors":
-            estimate = self.core.estimate_parts(*parts, actions)
+            estimate = self.core.estimate_parts(*parts, round_.actions)
             return kind, self.core.propose(round_, estimate), parts
         return kind, self._feed.propose(parts, round_), parts
 
-    def _absorb(self, staged, x, actions, rewards, props):
+    def _absorb(self, staged, round_: Round):
         kind, terms, parts = staged
         if kind == "factors":
             self.core.commit(terms)

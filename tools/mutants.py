@@ -74,11 +74,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "value_uniform_propensities",
         "the value wrapper feeds the V* core uniform propensities instead of the policy's",
         "inference/value_wrappers.py",
-        "round_ = Round(self._batched(x), actions, rewards, props)",
-        "round_ = Round(\n"
-        "            self._batched(x), actions, rewards, "
-        "np.full_like(props, 1.0 / props.shape[-1])\n"
-        "        )",
+        "self.core.update(predictions, round_)",
+        "props = round_.propensities\n"
+        "        uniform = np.full_like(props, 1.0 / props.shape[-1])\n"
+        "        self.core.update(predictions, round_._replace(propensities=uniform))",
         ("tests/test_mutants.py", "tests/test_wrappers.py", "tests/test_optimal_value.py"),
     ),
     Mutant(

@@ -12,6 +12,8 @@ from agents.sb3 import SB3Agent
 from agents.warm_start import (
     DEFAULT_WARM_START_ROUNDS,
     CompletionWarmStartBuffer,
+    StreamingWarmStart,
+    WarmStart,
     WarmStartBuffer,
     default_warm_start_rounds,
     initial_estimate,
@@ -33,7 +35,9 @@ __all__ = [
     "PolicyBase",
     "SB3Agent",
     "Softmax",
+    "StreamingWarmStart",
     "UniformRandom",
+    "WarmStart",
     "WarmStartBuffer",
     "default_warm_start_rounds",
     "initial_estimate",

@@ -76,6 +76,7 @@ class InferenceWrapperBase(WrapperState):
 
     def _setup(self, env, rank, estimator, propensity_fn, warm_start, sgd_kwargs) -> None:
         base = env.unwrapped
+        self._bandit = base  # the base environment a step checkpoints (StackStep)
         self._shape = problem_shape(base)
         self.d1, self.d2 = self._shape.d1, self._shape.d2
         self.n_actions = self._shape.n_actions
@@ -451,7 +452,7 @@ class InferenceWrapperBase(WrapperState):
         x = self._x
         xb = self._batched(x)
         snapshot = self._snapshot(xb, actions, props) if self._estimate_ready() else None
-        step = StackStep(self.unwrapped, self._undo) if joined is None else joined
+        step = StackStep(self._bandit, self._undo) if joined is None else joined
         inner = self._inner
         try:
             if inner is None:

@@ -135,11 +135,12 @@ class _ParameterInferenceBase(InferenceWrapperBase):
             self._feed.forget()
 
     def _running_info(self) -> dict[str, Any]:
-        n = self.core.n_obs
+        core = self._core
+        n = core.n_obs
         info: dict[str, Any] = {"n_obs": n}
         if n:
-            sigma2 = self.core.sigma2
-            se = np.sqrt(sigma2[..., None] * self.core.S2 / n)  # (…, K, n_T)
+            sigma2 = core.sigma2
+            se = np.sqrt(sigma2[..., None] * core.S2 / n)  # (…, K, n_T)
             info["sigma2"] = sigma2
             info["standard_error"] = {name: se[..., k] for k, name in enumerate(self.target_names)}
         return info

@@ -6,7 +6,14 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
+
+from agents import EpsilonGreedy
+from inference import ParameterInference, ValueInference
+from lrbandit_gym.experiments.outputs import RunStamp, check_outputs, stamped, write_figure
+from lrbandit_gym.experiments.studies import paper_targets
+from lrbandit_gym.validation import check_positive_int
 
 __all__ = ["run_demo"]
 
@@ -33,22 +40,11 @@ def run_demo(
     already there is refused before the run unless ``overwrite``
     (:class:`~.outputs.OutputError`).  Returns the final intervals.
     """
-    import gymnasium as gym
-
-    import lrbandit_gym  # noqa: F401
-    from agents import EpsilonGreedy
-    from lrbandit_gym.validation import check_positive_int
-
     rounds = check_positive_int(rounds, "rounds")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     if plot:
-        from lrbandit_gym.experiments.outputs import check_outputs
-
         check_outputs(out, [DEMO_FIGURE], overwrite)
-    from inference import ParameterInference, ValueInference
-    from lrbandit_gym.experiments.studies import paper_targets
-
     stream = sys.stdout if stream is None else stream
     start = time.perf_counter()
     env = gym.make("MatrixContextBandit-v0", max_episode_steps=None)
@@ -56,7 +52,6 @@ def run_demo(
     targets = paper_targets(base.d1, base.d2)
     agent = EpsilonGreedy(env, rank=base.rank, epsilon=0.1, seed=seed)
     watched = ValueInference(ParameterInference(env, targets, estimator=agent.estimator))
-    params = watched.env
     print(
         f"MatrixContextBandit-v0: d1={base.d1}, d2={base.d2}, rank={base.rank}, "
         f"K={base.n_actions}, sigma={base.noise_std[0]}; epsilon-greedy (0.1) low-rank SGD "
@@ -65,6 +60,29 @@ def run_demo(
         file=stream,
     )
     truth = {name: base.linear_form(t) for name, t in targets.items()}
+    history = _play(agent, watched, base, rounds, seed, stream)
+    print(file=stream)
+    truths = []
+    for name in targets:
+        truths += [truth[name][0], truth[name][1], truth[name][1] - truth[name][0]]
+    truths.append(base.optimal_value)
+    rows = _print_table(watched, truths, stream)
+    print(
+        f"{sum(r['covered'] for r in rows)} of {len(rows)} intervals cover the truth "
+        f"(each is a 95% interval); {time.perf_counter() - start:.1f} s",
+        file=stream,
+    )
+    if plot:
+        with stamped(RunStamp.of("lrbandit demo", {"rounds": rounds}, seed)):
+            _plot(history, truth["T1"][1], base.optimal_value, Path(out), stream)
+    return {"rows": rows, "history": history}
+
+
+def _play(agent, watched, base, rounds: int, seed: int, stream) -> list[tuple]:
+    """The warm start, then ``rounds`` online rounds; every 100 rounds the intervals of
+    ``<M_1, T1>`` and ``V*`` are kept (and printed: every 1000 rounds, or live on a
+    terminal).  Returns the kept ``(round, low, high, V* low, V* high)``."""
+    params = watched.env
     history = []
     obs, _ = watched.reset(seed=seed)
     online = 0
@@ -95,12 +113,13 @@ def run_demo(
                     end=end,
                     file=stream,
                 )
-    print(file=stream)
-    results = params.results() + [("V*", watched.interval())]
-    truths = []
-    for name in targets:
-        truths += [truth[name][0], truth[name][1], truth[name][1] - truth[name][0]]
-    truths.append(base.optimal_value)
+    return history
+
+
+def _print_table(watched, truths: list[float], stream) -> list[dict]:
+    """The table of every final interval beside its truth and whether it covers it; its
+    rows."""
+    results = watched.env.results() + [("V*", watched.interval())]
     head = f"{'quantity':<18}{'truth':>10}{'estimate':>10}{'95% low':>10}{'95% high':>10}  covered"
     print(head, file=stream)
     print("-" * len(head), file=stream)
@@ -113,21 +132,11 @@ def run_demo(
             f"  {'yes' if covered else 'NO'}",
             file=stream,
         )
-    print(
-        f"{sum(r['covered'] for r in rows)} of {len(rows)} intervals cover the truth "
-        f"(each is a 95% interval); {time.perf_counter() - start:.1f} s",
-        file=stream,
-    )
-    if plot:
-        from lrbandit_gym.experiments.outputs import RunStamp, stamped
-
-        with stamped(RunStamp.of("lrbandit demo", {"rounds": rounds}, seed)):
-            _plot(history, truth["T1"][1], base.optimal_value, Path(out), stream)
-    return {"rows": rows, "history": history}
+    return rows
 
 
 def _plot(history, t1_truth, v_truth, out: Path, stream) -> None:
-    try:
+    try:  # matplotlib only here: the plot extra is optional
         import matplotlib
 
         matplotlib.use("Agg")
@@ -153,8 +162,6 @@ def _plot(history, t1_truth, v_truth, out: Path, stream) -> None:
         ax.set_title(title)
         ax.legend()
     fig.tight_layout()
-    from lrbandit_gym.experiments.outputs import write_figure
-
     path = write_figure(fig, out / DEMO_FIGURE, dpi=120)
     plt.close(fig)
     print(f"figure: {path}", file=stream)

@@ -355,18 +355,20 @@ class _NoBar:
         pass
 
 
-def _round_bar(setting: ValidationSetting, trials: int, n_chunks: int, progress: bool):
-    """A tqdm bar of the rounds every chunk plays (the policy's warm start, the wrappers'
-    own one if longer or the only one, then the inference rounds), or one that shows
-    nothing."""
+def _rounds_per_chunk(setting: ValidationSetting) -> int:
+    """Rounds every chunk plays: the policy's warm start (the wrappers' own one, if longer
+    or the only one), then the inference rounds."""
+    return warm_start_rounds(setting, make_env(setting.env, 1)) + max(setting.n)
+
+
+def _round_bar(total: int, trials: int, n_chunks: int, progress: bool):
+    """A tqdm bar of ``total`` rounds on standard error, or one that shows nothing."""
     if not progress:
         return _NoBar()
     from tqdm.auto import tqdm
 
-    venv = make_env(setting.env, 1)
-    per_chunk = warm_start_rounds(setting, venv) + max(setting.n)
     return tqdm(
-        total=per_chunk * n_chunks,
+        total=total,
         unit="round",
         desc=f"validate ({trials} trials, {n_chunks} chunk(s))",
         file=sys.stderr,
@@ -422,8 +424,8 @@ def run_validation(
     if setting.uniform_from is not None and UniformReader not in readers:
         readers += (UniformReader,)
     chunks = plan_chunks(setting, trials, batch_size, seed)
-    bar = _round_bar(setting, trials, len(chunks), progress)
-    per_chunk = bar.total // len(chunks) if progress else 0
+    per_chunk = _rounds_per_chunk(setting)
+    bar = _round_bar(per_chunk * len(chunks), trials, len(chunks), progress)
     local = backend == "local"
     try:
         ran = run_chunks(

@@ -131,7 +131,13 @@ class PlayedRules:
     ) -> None:
         """Offer one round: contexts ``Xb`` (B, d1, d2) or one-hot indices, greedy arms (B,),
         and the logging policy's propensities of every arm (B, K), if known."""
-        if propensities is not None:
+        if propensities is None:
+            pass
+        elif propensities.shape[0] == 1:  # one trial: Python floats, without small-array costs
+            low = min(propensities[0].tolist())
+            if low < self.min_propensity[0]:
+                self.min_propensity[0] = low
+        else:
             np.minimum(self.min_propensity, propensities.min(axis=1), out=self.min_propensity)
         t = self.seen
         slot = t if t < self.size else int(self._rng.integers(t + 1))
@@ -221,16 +227,15 @@ def played_regret(reference: np.ndarray, rules: PlayedRules, n_obs: int):
 
 
 #: Choices of ``correction`` for the ``V*`` interval: "auto" keeps the paper's ``V̂_n`` and
-#: checks ``R̂_n`` (bias-aware interval and warning where it exceeds :data:`WARN_RATIO`
-#: standard errors) where the wrapper can compute it (a low-rank estimator and known
+#: makes the interval bias-aware with ``R̂_n`` (and warns where ``R̂_n`` exceeds
+#: :data:`WARN_RATIO` standard errors) where the wrapper can compute it (a low-rank estimator and known
 #: propensities); "regret" adds ``R̂_n`` to the estimate; "none" is the paper's ``V̂_n``
 #: without the check.
 CORRECTIONS = ("auto", "regret", "none")
 
-#: ``R̂_n`` above this many standard errors of ``V*`` makes the interval bias-aware and
-#: raises :class:`ValueBiasWarning`.  ``R̂_n`` overstates the regret where the reference is
-#: noisy, so a low threshold errs on the side of a wider interval: a bias of half a standard
-#: error already takes a 95% interval to about 92%.
+#: ``R̂_n`` above this many standard errors of ``V*`` raises :class:`ValueBiasWarning` (and,
+#: with ``correction="regret"``, makes the interval bias-aware): a bias of half a standard
+#: error would take a symmetric 95% interval to about 92%.
 WARN_RATIO = 0.5
 
 #: A trial whose logging propensities fell below this (weights ``1/π`` above 200) is not
@@ -301,17 +306,17 @@ class RegretCorrection:
         """Before the step: what the own reference core needs (None when shared)."""
         return None if self._feed is None else self._feed.snapshot(Xb, actions, fingerprint)
 
-    def stage(self, parts, Xb, actions, rewards, props):
+    def stage(self, parts, round_: Round):
         """After the step, before any layer commits: the own reference core's round
         computed and checked (what can fail), or None when the reference is shared."""
         if self._feed is None:
             return None
-        return self._feed.propose(parts, Round(Xb, actions, rewards, props)), parts
+        return self._feed.propose(parts, round_), parts
 
-    def absorb(self, staged, Xb, predictions, props) -> None:
-        """Commit the round (cannot fail): keep it in the reservoir, feed the own reference
-        the terms :meth:`stage` computed."""
-        self.rules.add(Xb, predictions.argmax(axis=1), props)
+    def absorb(self, staged, round_: Round, predictions) -> None:
+        """Commit the round (cannot fail): keep it in the reservoir with the greedy arms of
+        ``predictions``, feed the own reference the terms :meth:`stage` computed."""
+        self.rules.add(round_.contexts, predictions.argmax(axis=1), round_.propensities)
         if staged is not None:
             self._feed.commit(*staged)
 
@@ -367,13 +372,17 @@ class RegretCorrection:
 def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batched, **extra):
     """The ``V*`` read-out ``ci`` (the paper's) read against ``R̂_n`` (docs/method.md §10).
 
-    ``shift=True`` (``correction="regret"``): ``R̂_n`` is added to the estimate and its
-    sampling variance to the squared standard error.  ``shift=False`` (the default,
-    ``correction="auto"``): the paper's interval is kept.  Either way, where ``R̂_n`` exceeds
-    :data:`WARN_RATIO` standard errors the regret of the rules played is not negligible and
-    the interval is *bias-aware*: from the paper's lower end (``V̂_n`` is unbiased for the
-    mean value of the rules played, which is at most ``V*``) to the corrected upper end,
-    its p-value the larger of the two; a :class:`ValueBiasWarning` says so.
+    ``shift=False`` (the default, ``correction="auto"``): the estimate stays the paper's
+    ``V̂_n`` and the interval is *bias-aware* in every checked trial: from the paper's lower
+    end (``V̂_n`` is unbiased for the mean value of the rules played, which is at most
+    ``V*``) to the corrected upper end (``V̂_n + R̂_n``, its standard error widened by the
+    reservoir's sampling variance; ``R̂_n``, read against a noisy reference, tends to
+    overstate the regret), its p-value the larger of the two.  ``shift=True``
+    (``correction="regret"``): ``R̂_n`` is added to the estimate and its sampling variance to
+    the squared standard error, and the interval is bias-aware only where ``R̂_n`` exceeds
+    :data:`WARN_RATIO` standard errors.  Either way a :class:`ValueBiasWarning` names the
+    trials where ``R̂_n`` exceeds :data:`WARN_RATIO` standard errors: there ``V̂_n`` sits
+    visibly below ``V*`` and the interval is visibly asymmetric.
     """
     import dataclasses
 
@@ -387,12 +396,16 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
     total = np.sqrt(se * se + variance)
     ratio = regret / total
     large = ratio > WARN_RATIO
+    # Where the interval runs to the corrected upper end: every checked trial by default,
+    # only where the regret is large when the estimate itself is corrected.
+    aware = large if shift else (regret > 0)
     base = ci.method.split("; anytime")[0]
     if shift:
         base += "; corrected by the estimated regret of the greedy rules played"
+        method = base + ", bias-aware where it exceeds half a standard error (docs/method.md §10)"
     else:
-        base += "; the regret of the greedy rules played checked"
-    method = base + ", bias-aware where it exceeds half a standard error (docs/method.md §10)"
+        base += "; bias-aware: from the paper's lower end to the upper end corrected by"
+        method = base + " the estimated regret of the greedy rules played (docs/method.md §10)"
     if skipped.any():
         n_skip = f"{int(skipped.sum())} of {skipped.size} trials" if batched else "this run"
         method += (
@@ -413,27 +426,30 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
         **extra,
     )
     out = shifted if shift else dataclasses.replace(ci, method=method)
-    if not large.any():
+    if large.any():
+        i = int(np.argmax(np.where(np.isfinite(ratio), ratio, -np.inf)))
+        where = (
+            f" in {int(large.sum())} of {large.size} trials (largest: trial {i})" if batched else ""
+        )
+        warnings.warn(
+            f"the V* estimate is biased low: the greedy rules played have an estimated regret "
+            f"of {regret[i]:.3g} = {ratio[i]:.2f} standard errors{where}, so V_hat may sit "
+            "below V* by about that much. The interval allows for it (from the paper's lower "
+            "end to the corrected upper end, docs/method.md §10), at the price of width. "
+            "Lengthen the warm start (warm_start=), explore more (epsilon=), or read the value "
+            "of the rules actually played, which is covered whatever their regret: "
+            "PolicyEvaluation(env, {'greedy': 'greedy'}, estimator=...)",
+            ValueBiasWarning,
+            stacklevel=4,
+        )
+    if not aware.any():
         return out
-    i = int(np.argmax(np.where(np.isfinite(ratio), ratio, -np.inf)))
-    where = f" in {int(large.sum())} of {large.size} trials (largest: trial {i})" if batched else ""
-    warnings.warn(
-        f"the V* interval may not cover at its nominal level: the greedy rules played have an "
-        f"estimated regret of {regret[i]:.3g} = {ratio[i]:.2f} standard errors{where}, so "
-        "V_hat may sit below V* by about that much; there the interval runs from the paper's "
-        "lower end to the corrected upper end (docs/method.md §10). Lengthen the warm start "
-        "(warm_start=), explore more (epsilon=), or read the value of the rules actually "
-        "played, which is covered whatever their regret: PolicyEvaluation(env, "
-        "{'greedy': 'greedy'}, estimator=...)",
-        ValueBiasWarning,
-        stacklevel=4,
-    )
 
     def pick(field, combine):
         a = np.atleast_1d(np.asarray(getattr(shifted, field), dtype=float))
         paper = np.atleast_1d(np.asarray(getattr(ci, field), dtype=float))
         mine = np.atleast_1d(np.asarray(getattr(out, field), dtype=float))
-        return finish_array(np.where(large, combine(a, paper), mine), batched)
+        return finish_array(np.where(aware, combine(a, paper), mine), batched)
 
     return dataclasses.replace(
         out,

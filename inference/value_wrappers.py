@@ -71,8 +71,8 @@ class _ValueInferenceBase(InferenceWrapperBase):
                 f"(got {type(self.estimator).__name__}, propensities={propensities!r}); pass "
                 "correction='none' for the paper's estimate"
             )
-        #: "check" (the paper's V̂_n, its interval made bias-aware where the estimated regret
-        #: of the greedy rules played is large, docs/method.md §10), "regret" (V̂_n plus that
+        #: "check" (the paper's V̂_n, its interval bias-aware with the estimated regret
+        #: of the greedy rules played, docs/method.md §10), "regret" (V̂_n plus that
         #: regret) or "none" (the paper's V̂_n, unchecked).
         self.correction = (
             "none"
@@ -156,11 +156,11 @@ class _ValueInferenceBase(InferenceWrapperBase):
         """Confidence interval for ``V*`` (Section 4, Theorem 4.2), or with
         ``kind="sequence"`` the anytime-valid confidence sequence tuned at ``tuning_n``.
 
-        By default the estimate is the paper's ``V̂_n``; where ``R̂_n``, the estimated
-        regret of the greedy rules played, exceeds half a standard error the interval is
-        bias-aware (up to the corrected upper end) and a :class:`~inference.ValueBiasWarning`
-        says so; ``correction="regret"`` adds ``R̂_n`` to the estimate (docs/method.md
-        §10)."""
+        By default the estimate is the paper's ``V̂_n`` and the interval is bias-aware: from
+        the paper's lower end to the upper end corrected by ``R̂_n``, the estimated regret of
+        the greedy rules played; where ``R̂_n`` exceeds half a standard error a
+        :class:`~inference.ValueBiasWarning` says so.  ``correction="regret"`` adds ``R̂_n``
+        to the estimate (docs/method.md §10)."""
         with self._one_warning():
             ci = self.core.interval(confidence_level, kind=kind, tuning_n=tuning_n)
         return self._corrected(ci, confidence_level, kind, tuning_n)
@@ -220,9 +220,10 @@ class ValueInference(_ValueInferenceBase, gym.Wrapper, RecordConstructorArgs):
     Parameters are those of :class:`ParameterInference` without ``targets`` and
     ``projection``, plus ``propensities``: "known" (the reported pmf) or "estimated"
     (Appendix A: the pmf is an estimate, e.g. an ensemble's model fractions);
-    ``correction``: "auto" (default) keeps the paper's ``V̂_n`` and checks the estimated
-    regret ``R̂_n`` of the greedy rules it evaluates (bias-aware interval and
-    :class:`~inference.ValueBiasWarning` where ``R̂_n`` exceeds half a standard error);
+    ``correction``: "auto" (default) keeps the paper's ``V̂_n`` and makes the interval
+    bias-aware with the estimated regret ``R̂_n`` of the greedy rules it evaluates (up to
+    the corrected upper end; :class:`~inference.ValueBiasWarning` where ``R̂_n`` exceeds
+    half a standard error);
     "regret" adds ``R̂_n`` to the estimate; "none" is the paper's estimate unchecked.
     ``R̂_n`` is read against the one-step estimate of a
     :class:`ParameterInference` below that shares the estimator (or of an own core) on a

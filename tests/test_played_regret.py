@@ -102,19 +102,23 @@ def test_own_reference_equals_the_parameter_wrappers():
     assert a.estimate > none.interval().estimate  # the regret is >= 0
 
 
-def test_default_keeps_the_papers_interval_where_the_regret_is_small():
-    checked = _run(True)  # correction="auto": the check
-    assert checked.correction == "check"
-    regret, _ = checked.played_regret()
-    ci, paper = checked.interval(), checked.core.interval()
-    assert regret[0] < paper.standard_error  # small here: nothing changes but the method
-    assert (ci.estimate, ci.low, ci.high, ci.p_value) == (
-        paper.estimate,
-        paper.low,
-        paper.high,
-        paper.p_value,
-    )
-    assert "checked" in ci.method
+def test_default_is_bias_aware_and_silent_where_the_regret_is_small():
+    """By default the estimate is the paper's and the interval runs from the paper's lower end
+    to the upper end corrected by R̂_n, also where R̂_n is too small to warn about."""
+    z = 1.959963984540054
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ValueBiasWarning)
+        checked = _run(True)  # correction="auto": the check
+        assert checked.correction == "check"
+        regret, variance = checked.played_regret()
+        ci, paper = checked.interval(), checked.core.interval()
+    assert 0 < regret[0] < paper.standard_error  # small here: no warning
+    assert (ci.estimate, ci.low) == (paper.estimate, paper.low)
+    se = np.sqrt(paper.standard_error**2 + variance[0])
+    assert ci.high == pytest.approx(paper.estimate + regret[0] + z * se, rel=1e-9)
+    assert ci.high > paper.high
+    assert ci.p_value >= paper.p_value
+    assert "bias-aware" in ci.method
 
 
 def test_warning_where_the_regret_is_large_only():
@@ -124,7 +128,7 @@ def test_warning_where_the_regret_is_large_only():
     z = 1.959963984540054
     for correction in ("auto", "regret"):
         noisy = _run(True, noise_std=3.0, correction=correction)
-        with pytest.warns(ValueBiasWarning, match="may not cover"):
+        with pytest.warns(ValueBiasWarning, match="biased low"):
             ci = noisy.interval()
         paper = noisy.core.interval()
         regret, variance = noisy.played_regret()

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from agents import EpsilonGreedy
+from agents.warm_start import warm_start_buffer_bytes
 from agents.warm_start.streaming import (
     StreamingWarmStart,
     choose_warm_start_fit,
     streaming_warm_start_bytes,
 )
-from agents.warm_start import warm_start_buffer_bytes
 
 
 def _truth(rng, d1, d2, r, K):

@@ -1,5 +1,5 @@
-"""Tests of the nuclear-norm warm start of eq. (10): agents.warm_start and the modules beside
-it (agents.warm_start.proximal, agents.warm_start.factored, agents.warm_start.dense, agents.warm_start.memory_pool)."""
+"""Tests of the nuclear-norm warm start of eq. (10): agents.warm_start.fit and the modules
+beside it (proximal, factored, dense, memory_pool)."""
 
 from __future__ import annotations
 
@@ -282,8 +282,7 @@ def test_buffer_batched_and_validation():
 def test_released_storage_is_reused_only_when_asked():
     """reuse_buffer_memory(True) hands a released buffer's storage to the next buffer of the
     same shape (the study workers' setting); by default release frees it."""
-    from agents.warm_start import memory_pool
-    from agents.warm_start import reuse_buffer_memory
+    from agents.warm_start import memory_pool, reuse_buffer_memory
 
     assert reuse_buffer_memory is memory_pool.reuse_buffer_memory
 

@@ -228,9 +228,9 @@ def played_regret(reference: np.ndarray, rules: PlayedRules, n_obs: int):
 
 #: Choices of ``correction`` for the ``V*`` interval: "auto" keeps the paper's ``V̂_n`` and
 #: makes the interval bias-aware with ``R̂_n`` (and warns where ``R̂_n`` exceeds
-#: :data:`WARN_RATIO` standard errors) where the wrapper can compute it (a low-rank estimator and known
-#: propensities); "regret" adds ``R̂_n`` to the estimate; "none" is the paper's ``V̂_n``
-#: without the check.
+#: :data:`WARN_RATIO` standard errors) where the wrapper can compute it (a low-rank
+#: estimator and known propensities); "regret" adds ``R̂_n`` to the estimate; "none" is the
+#: paper's ``V̂_n`` without the check.
 CORRECTIONS = ("auto", "regret", "none")
 
 #: ``R̂_n`` above this many standard errors of ``V*`` raises :class:`ValueBiasWarning` (and,

@@ -9,12 +9,12 @@ import pytest
 import lrbandit_gym  # noqa: F401
 from agents import EnsembleSampling
 from lrbandit_gym.experiments.cli import main
+from lrbandit_gym.experiments.coverage import summarize_value
 from lrbandit_gym.experiments.ensemble_study import (
     EnsembleMeanPredictor,
     EnsembleStudyConfig,
     run_ensemble_study,
 )
-from lrbandit_gym.experiments.coverage import summarize_value
 from lrbandit_gym.experiments.montecarlo import chunk_map
 
 # Small enough for a fast test, large enough that the warm start learns something.

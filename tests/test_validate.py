@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from lrbandit_gym.experiments.cli import main
+from lrbandit_gym.experiments.cli.validate_config import load_config
 from lrbandit_gym.experiments.validate import check_setting, run_validation, validate
 from lrbandit_gym.experiments.validate_grid import GRID
+from lrbandit_gym.experiments.validate_report import verdict
 from lrbandit_gym.experiments.validate_setting import (
     SettingError,
     ValidationSetting,
     load_targets,
 )
-from lrbandit_gym.experiments.cli.validate_config import load_config
-from lrbandit_gym.experiments.validate_report import verdict
 
 TINY = {"d1": 8, "d2": 6, "rank": 1}
 

@@ -20,6 +20,7 @@ import numpy as np
 from scipy import stats
 
 from lrbandit_gym.experiments.compare_run import ComparisonSetting
+from lrbandit_gym.experiments.coverage import coverage_interval, format_coverage
 from lrbandit_gym.experiments.outputs import (
     RunStamp,
     check_outputs,
@@ -30,7 +31,6 @@ from lrbandit_gym.experiments.outputs import (
     write_npz,
     write_text,
 )
-from lrbandit_gym.experiments.coverage import coverage_interval, format_coverage
 
 __all__ = ["OUTPUT_FILES", "ComparisonResult"]
 

@@ -13,10 +13,11 @@ axis; see :func:`lrbandit_gym.experiments.coverage.summarize_parameters`) and dr
   trials)`` cut at 0 and 1;
 * :func:`length_figure`: mean interval length ``2 z se`` against ``n``.
 
-Coverage and lengths come from :func:`lrbandit_gym.experiments.coverage.summarize_parameters` and
-:func:`~lrbandit_gym.experiments.coverage.summarize_value`: computation lives there, this module only
-draws.  Figures are built on :class:`matplotlib.figure.Figure` directly (no ``pyplot``), so
-nothing here touches a caller's global matplotlib state or needs a display.  Without
+Coverage and lengths come from
+:func:`lrbandit_gym.experiments.coverage.summarize_parameters` and
+:func:`~lrbandit_gym.experiments.coverage.summarize_value`: computation lives there, this
+module only draws.  Figures are built on :class:`matplotlib.figure.Figure` directly (no
+``pyplot``), so nothing here touches a caller's global matplotlib state or needs a display.  Without
 matplotlib every function raises :class:`MatplotlibMissing`, an ``ImportError`` whose
 message says how to install the extra.
 """
@@ -29,8 +30,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from lrbandit_gym.experiments.outputs import write_figure
 from lrbandit_gym.experiments.coverage import summarize_parameters, summarize_value
+from lrbandit_gym.experiments.outputs import write_figure
 
 __all__ = [
     "MISSING_MATPLOTLIB",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lrbandit_gym.experiments.coverage import summarize_uniform
 from lrbandit_gym.experiments.figures import (
     check_png_path,
     coverage_error_bars,
@@ -20,7 +21,6 @@ from lrbandit_gym.experiments.figures import (
     panel_figure,
 )
 from lrbandit_gym.experiments.outputs import write_figure
-from lrbandit_gym.experiments.coverage import summarize_uniform
 
 __all__ = ["sequence_figure", "uniform_figure", "uniform_figures"]
 

@@ -302,3 +302,42 @@ def test_a_wrapper_with_checkpoint_and_restore_is_undone(monkeypatch):
     with pytest.raises(FloatingPointError):
         params.step(Decision(0, UNIFORM))
     assert counter.steps == params.rounds_seen == 8
+
+
+# ------------------------------------------------ the stack protocol (inference.stack_step)
+
+
+def test_an_inner_wrapper_stepped_alone_commits_its_own_step():
+    """After a step of the stack the inner wrapper has left it (``join(None)``): stepped
+    on its own it is the outermost of its step and absorbs the round at once, and the
+    stack's next step still reaches it."""
+    params = build(ParameterInference, make_env(), warm_start=5)
+    value = ValueInference(params, rank=1)
+    value.reset(seed=0)
+    for t in range(8):
+        value.step(Decision(t % 2, UNIFORM))
+    assert params.rounds_seen == value.rounds_seen == 8
+    params.step(Decision(0, UNIFORM))
+    assert params.rounds_seen == 9 and value.rounds_seen == 8
+    value.reset(seed=1)
+    value.step(Decision(1, UNIFORM))
+    assert params.rounds_seen == 10 and value.rounds_seen == 9
+
+
+def test_a_round_refused_by_the_inner_wrapper_after_its_check_changes_no_layer(monkeypatch):
+    """The inner wrapper reuses the outer one's checked input (same action, context and
+    estimator) and a failure in its prepared update undoes the outer layer too."""
+    params = build(ParameterInference, make_env(), warm_start=5)
+    value = ValueInference(params, rank=1)
+    value.reset(seed=0)
+    for t in range(10):
+        value.step(Decision(t % 2, UNIFORM))
+    before = (params.rounds_seen, value.rounds_seen, params.core.n_obs, value.core.n_obs)
+    checkpoint = value.unwrapped.checkpoint()
+    monkeypatch.setattr(params.estimator, "propose_step", _raiser(FloatingPointError("x")))
+    with pytest.raises(FloatingPointError):
+        value.step(Decision(0, UNIFORM))
+    after = (params.rounds_seen, value.rounds_seen, params.core.n_obs, value.core.n_obs)
+    assert after == before
+    state, context, *_ = value.unwrapped.checkpoint()
+    assert state == checkpoint[0] and context is checkpoint[1]

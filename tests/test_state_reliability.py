@@ -17,6 +17,7 @@ import pytest
 import lrbandit_gym
 from agents import EpsilonGreedy, UniformRandom
 from agents.estimator import LowRankSGD
+from agents.state import generator_state_from
 from inference import (
     LinearFormInference,
     OptimalValueInference,
@@ -224,6 +225,24 @@ def test_a_restored_wrapper_continues_bit_identically(cls):
         for _ in range(10):
             oa, *_ = a.step(agent_a.act(oa))
             ob, *_ = b.step(agent_b.act(ob))
+    _assert_same(a.state_dict(), b.state_dict())
+
+
+def test_a_value_state_with_the_reservoir_generator_nested_still_loads():
+    """The regret check's reservoir saves its generator flat (agents.state's scheme); a
+    state that holds it nested (``"rng"``: the ``bit_generator.state`` dict) loads the same."""
+    a = _wrapper(ValueInference, 45)
+    flat = _copy(a.state_dict())
+    rules = flat["regret"]["rules"]
+    assert "rng" not in rules and rules["rng.state"].dtype == np.uint64
+    nested = _copy(flat)
+    generator = np.random.default_rng()
+    generator.bit_generator.state = generator_state_from(rules)
+    for key in ("rng.bit_generator", "rng.state"):
+        del nested["regret"]["rules"][key]
+    nested["regret"]["rules"]["rng"] = generator.bit_generator.state
+    b = _wrapper(ValueInference, 20)
+    b.load_state_dict(nested)
     _assert_same(a.state_dict(), b.state_dict())
 
 

@@ -17,7 +17,7 @@ the first rounds it sees, weighted by ``1/π`` (:mod:`inference.wrapper_base`). 
    would exceed ``max_memory_bytes`` is refused at construction.
 3. **Fit.**  On the round that fills the store, ``M_init`` by eq. (10),
 
-       M_init,a = argmin_M  (1 / (2 W_a)) Σ_{t: a_t = a} w_t (y_t − <M, X_t>)²  +  λ_a ‖M‖_*
+       M_init,a = argmin_M  (1 / (2 W_a)) Σ_{t: a_t = a} w_t (y_t − <M, X_t>)²  +  λ_a ‖M‖_*   (10)
 
    defined for every arm (:func:`agents.warm_start.fit.initial_estimate`).
 4. **Held-out check.**  When asked, whether ``M_init`` is close enough to the truth for the

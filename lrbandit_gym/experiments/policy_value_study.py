@@ -40,10 +40,10 @@ import numpy as np
 from lrbandit_gym.experiments.montecarlo import merge_trials, run_trials
 
 __all__ = [
+    "ESTIMATORS",
     "OUTPUT_FILES",
     "TARGETS",
     "PolicyValueSetting",
-    "ESTIMATORS",
     "coverage_rows",
     "format_table",
     "policy_value_study",

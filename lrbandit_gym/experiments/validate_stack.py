@@ -15,6 +15,11 @@ import warnings
 
 import numpy as np
 
+from lrbandit_gym.experiments.policy_targets import (
+    policy_label,
+    target_policies,
+    target_policy_values,
+)
 from lrbandit_gym.experiments.validate_report import Quantity
 from lrbandit_gym.experiments.validate_setting import (
     EXPLORING_POLICIES,
@@ -74,9 +79,7 @@ class InferenceStack:
             # (far from the logging policy wherever arm 0 is not greedy) and uniform.  Only
             # under a policy with an exploration floor: elsewhere (softmax) an arm's
             # propensity may vanish, and the wrapper refuses a target it cannot evaluate.
-            B = venv.num_envs
-            zeros, uniform = np.zeros(B, dtype=np.int64), np.full((B, k), 1.0 / k)
-            targets_pv = {"arm 0": lambda obs: zeros, "uniform": lambda obs: uniform}
+            targets_pv = target_policies(k, venv.num_envs)
             env = self.policies = VectorPolicyEvaluation(
                 env, targets_pv, estimator=self.value.estimator
             )
@@ -99,11 +102,8 @@ class InferenceStack:
         if setting.value:
             q.append(Quantity("V*", None, (), float(base.optimal_value)))
         if self.policies is not None:
-            means = base.problem.params.mean(axis=(1, 2)) if base.context == "completion" else None
-            arm0 = 0.0 if means is None else float(means[0])  # E<M_0, X>
-            unif = 0.0 if means is None else float(means.mean())
-            q.append(Quantity("V(arm 0)", None, (), arm0, policy="arm 0"))
-            q.append(Quantity("V(uniform)", None, (), unif, policy="uniform"))
+            values = target_policy_values(base)
+            q += [Quantity(policy_label(p), None, (), values[p], policy=p) for p in values]
         self.quantities = tuple(q)
         self.true_params = np.asarray(base.true_params)
 

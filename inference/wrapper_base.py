@@ -392,7 +392,7 @@ class InferenceWrapperBase(WrapperState):
             M_init, check = warm.finish(
                 check=True,
                 who=f"{type(self).__name__}'s own warm start",
-                stacklevel=5,  # the caller of the wrapper's step()
+                stacklevel=4,  # the caller of the wrapper's step()
             )
 
             def start():
@@ -433,8 +433,9 @@ class InferenceWrapperBase(WrapperState):
         (:mod:`inference.stack_step`)."""
         self._joined = step
 
-    def _watch_step(self, action, inner_step):
-        """One step of the stack, all or nothing (:mod:`inference.stack_step`).
+    def step(self, action):
+        """Step the inner env with ``action`` unchanged and absorb the round: one step of
+        the stack, all or nothing (:mod:`inference.stack_step`).
 
         The round is checked, the inner step taken and every inference wrapper's update
         prepared (everything that can fail); only then is it committed, by the outermost
@@ -452,38 +453,34 @@ class InferenceWrapperBase(WrapperState):
         x = self._x
         xb = self._batched(x)
         snapshot = self._snapshot(xb, actions, props) if self._estimate_ready() else None
-        step = StackStep(self._bandit, self._undo) if joined is None else joined
+        stack_step = StackStep(self._bandit, self._undo) if joined is None else joined
         inner = self._inner
         try:
             if inner is None:
-                obs, reward, terminated, truncated, info = inner_step(action)
+                obs, reward, terminated, truncated, info = self.env.step(action)
             else:
-                step.checked = self._checked
-                inner.join(step)
+                stack_step.checked = self._checked
+                inner.join(stack_step)
                 try:
-                    obs, reward, terminated, truncated, info = inner_step(action)
+                    obs, reward, terminated, truncated, info = self.env.step(action)
                 finally:
                     inner.join(None)
             rewards = self._check_reward(reward, self.n_trials)
-            step.add(*self._prepare(snapshot, Round(xb, actions, rewards, props), x, obs))
+            stack_step.add(*self._prepare(snapshot, Round(xb, actions, rewards, props), x, obs))
         except BaseException:
             if joined is None:
-                step.undo()
+                stack_step.undo()
             raise
         if joined is not None:
             return obs, reward, terminated, truncated, info
         info = dict(info)
-        step.commit(info)
+        stack_step.commit(info)
         return obs, reward, terminated, truncated, info
 
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
         self._set_obs(obs)
         return obs, info
-
-    def step(self, action):
-        """Step the inner env with ``action`` unchanged, then absorb the round."""
-        return self._watch_step(action, self.env.step)
 
     def _set_obs(self, obs) -> None:
         self._obs_raw = obs

@@ -8,20 +8,21 @@ on :class:`TrialBatchEnv`, a vector env made of those single environments (trial
 is exactly the single env of seed ``s_i``); agents that play one trial at a time, and
 stable-baselines3 models inside ``model.learn()``, get that single env itself.
 
-Inference.  On every trajectory a :class:`~inference.ParameterInference` (targets ``T``)
-and a :class:`~inference.ValueInference` (``V*``) watch the agent's own actions and
-propensities: sharing the agent's :class:`~agents.LowRankSGD` when it has one (the paper's
-procedure), otherwise running their own estimator warm-started on the first ``warm_start``
-rounds (weighted by ``1/π``).  A policy that gives some arm probability 0 cannot be
-evaluated by inverse-propensity weighting: such trials are marked invalid, and a round the
-wrappers refuse (``ValueError``) ends inference for that chunk while the agent plays on; the
-round and the reason are kept in the unit's ``refusals``.
+Inference.  On every trajectory the wrappers of
+:mod:`lrbandit_gym.experiments.compare_stack` (parameters ``<M_a, T>``, ``V*`` and the
+values of two fixed target policies) watch the agent's own actions and propensities:
+sharing the agent's :class:`~agents.LowRankSGD` when it has one (the paper's procedure),
+otherwise running their own estimator warm-started on the first ``warm_start`` rounds
+(weighted by ``1/π``).  A policy that gives some arm probability 0 cannot be evaluated by
+inverse-propensity weighting: such trials are marked invalid (``valid``, and
+``policy_valid`` for the target policies), and the rounds the wrappers refused and why are
+kept in the unit's ``refusals`` (inference ended for the chunk) and ``policy_refusals``
+(only the target policies' inference ended).
 """
 
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,9 @@ from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from lrbandit_gym.decision import split_decision
+from lrbandit_gym.experiments.compare_stack import PropensityTracker, TrajectoryInference
 from lrbandit_gym.experiments.montecarlo import merge_trials
+from lrbandit_gym.experiments.policy_targets import TARGET_POLICIES
 from lrbandit_gym.problem import GroundTruthMixin
 
 __all__ = ["ComparisonSetting", "TrialBatchEnv", "make_trial_env", "merge_units", "run_unit"]
@@ -149,7 +152,8 @@ class TrialBatchEnv(GroundTruthMixin, VectorEnv):
 
 
 class _Counted(gym.Wrapper):
-    """Counts the steps of a single env and keeps the last result (see :class:`_Stack`)."""
+    """Counts the steps of a single env and keeps the last result (what
+    :class:`~lrbandit_gym.experiments.compare_stack.TrajectoryInference` reads)."""
 
     def __init__(self, env):
         super().__init__(env)
@@ -160,103 +164,6 @@ class _Counted(gym.Wrapper):
         self.last_step = self.env.step(action)
         self.steps += 1
         return self.last_step
-
-
-class _Propensities:
-    """A ``propensity_fn`` that remembers the smallest propensity it returned after its
-    first ``skip`` calls (the wrappers call it once a round)."""
-
-    def __init__(self, fn: Callable, skip: int = 0):
-        self.fn = fn
-        self.skip = int(skip)
-        self.calls = 0
-        self.minimum: np.ndarray | float = np.inf
-
-    def __call__(self, obs):
-        p = self.fn(obs)
-        self.calls += 1
-        if self.calls > self.skip:
-            self.minimum = np.minimum(self.minimum, np.min(np.asarray(p), axis=-1))
-        return p
-
-
-class _Stack:
-    """The two inference wrappers over ``base``, and what to do when they refuse a round."""
-
-    def __init__(self, base, setting: ComparisonSetting, estimator, propensity_fn, vector: bool):
-        from inference import (
-            ParameterInference,
-            ValueInference,
-            VectorParameterInference,
-            VectorValueInference,
-        )
-
-        self.base = base
-        self.reason: str | None = None
-        self.refused_at = 0
-        kw: dict[str, Any] = {"estimator": estimator, "propensity_fn": propensity_fn}
-        if estimator is None:
-            kw.update(rank=setting.rank, warm_start=setting.warm_start)
-        if vector:
-            self.params = VectorParameterInference(base, setting.targets, **kw)
-            self.value = VectorValueInference(self.params, propensity_fn=propensity_fn)
-        else:
-            self.params = ParameterInference(base, setting.targets, **kw)
-            self.value = ValueInference(self.params, propensity_fn=propensity_fn)
-
-    @property
-    def alive(self) -> bool:
-        return self.reason is None
-
-    def step(self, action):
-        """Step through the wrappers; if they refuse the round, through the bare env.
-
-        The refusal may come after the bare env stepped: then its result stands, unless the
-        wrappers returned the env to its state before the step (their all-or-nothing steps
-        do so where the env can restore itself), which its generator's state tells.
-        """
-        if self.alive:
-            before = self.base.steps
-            state = self._generator_state()
-            try:
-                return self.value.step(action)
-            except (ValueError, FloatingPointError, np.linalg.LinAlgError) as exc:
-                self.reason, self.refused_at = str(exc), before
-                moved = self.base.steps != before
-                if moved and (state is None or self._generator_state() != state):
-                    return self.base.last_step
-        return self.base.step(action)
-
-    def _generator_state(self):
-        """The single env's generator state (None for :class:`TrialBatchEnv`, which never
-        restores itself)."""
-        if isinstance(self.base.unwrapped, TrialBatchEnv):
-            return None
-        return self.base.unwrapped.np_random.bit_generator.state
-
-    def read(self, level: float) -> dict[str, np.ndarray]:
-        """Every interval now (NaN before inference starts or after it stopped)."""
-        names = list(self.params.target_names)
-        k = self.params.n_actions
-        b = 1 if self.params.n_trials is None else self.params.n_trials
-        est = np.full((b, len(names), k), np.nan)
-        se = np.full((b, len(names), k), np.nan)
-        v_est = np.full(b, np.nan)
-        v_se = np.full(b, np.nan)
-        if self.alive:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                if self.params.core.n_obs:
-                    for j, name in enumerate(names):
-                        for arm in range(k):
-                            ci = self.params.interval(arm, name, level)
-                            est[:, j, arm] = ci.estimate
-                            se[:, j, arm] = ci.standard_error
-                if self.value.core.n_obs:
-                    ci = self.value.interval(level)
-                    v_est[:] = ci.estimate
-                    v_se[:] = ci.standard_error
-        return {"estimate": est, "se": se, "value_estimate": v_est, "value_se": v_se}
 
 
 class _Log:
@@ -271,12 +178,14 @@ class _Log:
         self.se = np.full((b, c, n_targets, n_actions), np.nan)
         self.value_estimate = np.full((b, c), np.nan)
         self.value_se = np.full((b, c), np.nan)
+        self.policy_estimate = np.full((b, c, len(TARGET_POLICIES)), np.nan)
+        self.policy_se = np.full((b, c, len(TARGET_POLICIES)), np.nan)
         self.error = np.full((b, c, n_actions), np.nan)
         self.context_sum = np.zeros(b)
         self.has_estimate = False
         self.t = 0
 
-    def round(self, context, regret, stack: _Stack, estimates, truth) -> None:
+    def round(self, context, regret, stack: TrajectoryInference, estimates, truth) -> None:
         """Record the round just played: the context acted on, its regret (``(B,)`` or a
         float), and at checkpoints the intervals and ``estimates()``'s errors."""
         if self.t >= self.setting.rounds:
@@ -294,6 +203,8 @@ class _Log:
         self.se[:, c] = read["se"]
         self.value_estimate[:, c] = read["value_estimate"]
         self.value_se[:, c] = read["value_se"]
+        self.policy_estimate[:, c] = read["policy_estimate"]
+        self.policy_se[:, c] = read["policy_se"]
         if estimates is not None:
             try:
                 m = np.asarray(estimates(), dtype=float)
@@ -302,18 +213,30 @@ class _Log:
             m = m.reshape((-1,) + truth.shape)
             self.error[:, c] = np.linalg.norm(m - truth, axis=(-2, -1))
 
-    def result(self, valid, minimum, stack, seconds, agent_seconds) -> dict[str, Any]:
+    def result(
+        self, valid, minimum, stack: TrajectoryInference, seconds, agent_seconds
+    ) -> dict[str, Any]:
+        """The unit's arrays (trials first); ``valid``: parameter and ``V*`` inference is
+        defined on the trial; ``policy_valid``: the target policies' is."""
+        b = self.regret.shape[0]
+        refused = (
+            [] if stack.policy_reason is None else [(stack.policy_refused_at, stack.policy_reason)]
+        )
         return {
             "regret": self.regret,
             "estimate": self.estimate,
             "se": self.se,
             "value_estimate": self.value_estimate,
             "value_se": self.value_se,
+            "policy_estimate": self.policy_estimate,
+            "policy_se": self.policy_se,
             "estimation_error": self.error if self.has_estimate else None,
             "context_sum": self.context_sum,
             "valid": np.asarray(valid, dtype=bool).reshape(-1),
             "min_propensity": np.asarray(minimum, dtype=float).reshape(-1),
             "refusals": [] if stack.alive else [(stack.refused_at, stack.reason)],
+            "policy_valid": np.full(b, stack.policies_alive),
+            "policy_refusals": refused,
             "seconds": float(seconds),
             "agent_seconds": float(agent_seconds),
         }
@@ -337,8 +260,8 @@ def _estimates_of(agent) -> Callable[[], Any] | None:
 def _play(agent, base, setting: ComparisonSetting, vector: bool) -> dict[str, Any]:
     """Play ``setting.rounds`` rounds of ``agent`` on ``base`` under the inference wrappers."""
     fn = getattr(agent, "action_probs", None)
-    tracker = _Propensities(fn, setting.warm_start) if callable(fn) else None
-    stack = _Stack(base, setting, _low_rank_estimator(agent), tracker, vector)
+    tracker = PropensityTracker(fn, setting.warm_start) if callable(fn) else None
+    stack = TrajectoryInference(base, setting, _low_rank_estimator(agent), tracker, vector)
     truth = np.asarray(base.unwrapped.true_params)
     b = base.num_envs if vector else 1
     log = _Log(setting, b, len(setting.targets), truth.shape[0])
@@ -347,7 +270,7 @@ def _play(agent, base, setting: ComparisonSetting, vector: bool) -> dict[str, An
     minimum = np.full(b, np.inf)
     agent_seconds = 0.0
     start = time.perf_counter()
-    obs, _ = stack.value.reset()
+    obs, _ = stack.env.reset()
     for t in range(setting.rounds):
         t0 = time.perf_counter()
         decision = agent.act(obs)
@@ -433,8 +356,8 @@ def run_sb3(factory, setting: ComparisonSetting, env_seeds, model_seeds) -> dict
 class _Recorder(gym.Wrapper):
     """Top of an SB3 trial's env: steps the inference stack and logs every round."""
 
-    def __init__(self, stack: _Stack, log: _Log, truth):
-        super().__init__(stack.value)
+    def __init__(self, stack: TrajectoryInference, log: _Log, truth):
+        super().__init__(stack.env)
         self.stack = stack
         self.log = log
         self.truth = truth
@@ -460,9 +383,9 @@ def _sb3_trial(factory, setting, env_seed: int, model_seed: int) -> dict[str, An
     env = make_trial_env(setting.env_kwargs, flatten=True)
     model = factory(env, seed=model_seed)
     agent = SB3Agent(model)
-    tracker = _Propensities(agent.action_probs, setting.warm_start)
+    tracker = PropensityTracker(agent.action_probs, setting.warm_start)
     counted = _Counted(env)
-    stack = _Stack(counted, setting, None, tracker, vector=False)
+    stack = TrajectoryInference(counted, setting, None, tracker, vector=False)
     truth = np.asarray(env.unwrapped.true_params)
     log = _Log(setting, 1, len(setting.targets), truth.shape[0])
     recorder = _Recorder(stack, log, truth)
@@ -481,7 +404,7 @@ def _sb3_trial(factory, setting, env_seed: int, model_seed: int) -> dict[str, An
 
 #: How the per-trial results of a unit merge (:func:`merge_units`): these are summed,
 #: these joined as lists, the other arrays concatenated along the trial axis (0).
-SUMMED, LISTED = ("seconds", "agent_seconds"), ("refusals",)
+SUMMED, LISTED = ("seconds", "agent_seconds"), ("refusals", "policy_refusals")
 
 
 def merge_units(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -32,10 +32,12 @@ Key scheme
   without pickling.
 
 The nested layout (dicts under ``"rng"``, ``"estimator"``, ``"buffer"``, ``"policy"``;
-``None`` for an absent buffer) loads too: :func:`sub_state` and :func:`generator_state_from`
-read both.  The inference wrappers keep their parts' states in that nested layout
-(``"core"``, ``"estimator"``, ``"buffer"``, ``"regret"``; ``None`` for a part they do not
-hold), and save with ``pickle``; the generators inside them are saved flat, as here.
+``None`` for an absent part) is the same scheme with the parts kept as dicts:
+:func:`flat_state` turns it into the flat one, and :func:`sub_state` and
+:func:`generator_state_from` read both.  The inference wrappers' ``state_dict()`` is nested
+(``"core"``, ``"estimator"``, ``"buffer"``, ``"regret"``; None for a part they do not hold,
+the generators inside flat, as here); :func:`save_state` flattens it, and their
+``load_state_dict`` takes either layout.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ __all__ = [
     "check_count",
     "check_part",
     "copy_arrays",
+    "flat_state",
     "generator_state",
     "generator_state_from",
     "load_state",
@@ -219,22 +222,42 @@ def same_value(a: Any, b: Any) -> bool:
     return bool(np.array_equal(x, y))
 
 
+def flat_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """``state`` in the flat layout: the keys of a nested part ``state[part]`` become
+    ``"<part>.<key>"`` (at any depth), and a part that is None (absent) is left out.
+
+    A flat state passes through unchanged; :func:`sub_state` reads a part back from either
+    layout.
+    """
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        if value is None:
+            continue
+        if isinstance(value, Mapping):
+            out.update({f"{key}.{k}": v for k, v in flat_state(value).items()})
+        else:
+            out[key] = value
+    return out
+
+
 def save_state(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
-    """``np.savez(path, **state)`` for a flat ``state_dict()``.
+    """``np.savez(path, **flat_state(state))``: any ``state_dict()`` of the agents or of
+    the inference wrappers, nested parts flattened (:func:`flat_state`).
 
     Raises
     ------
     ValueError
-        If a value would need pickling (``None``, a dict, an object array): the state is
-        then not in the flat layout of this module.
+        If a value would need pickling (an object array, or a Python object that is not a
+        scalar, string or array).
     """
-    for key, value in state.items():
-        if value is None or isinstance(value, Mapping) or np.asarray(value).dtype == object:
+    flat = flat_state(state)
+    for key, value in flat.items():
+        if np.asarray(value).dtype == object:
             raise ValueError(
                 f"state[{key!r}] is a {type(value).__name__}, which np.savez cannot store "
-                "without pickling; pass a flat state_dict() (see agents.state)"
+                "without pickling (see agents.state)"
             )
-    np.savez(path, **state)
+    np.savez(path, **flat)
 
 
 def load_state(path: str | os.PathLike) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from scipy.linalg.blas import daxpy as _daxpy
 
+from agents.state import plain
 from lrbandit_gym import engine
 from lrbandit_gym.onehot import OneHotContexts
 
@@ -282,7 +283,8 @@ class DebiasedSum:
 
     @staticmethod
     def check_ring_n(ring_n: Any) -> int:
-        """Validate a persisted ``ring_n``."""
+        """Validate a persisted ``ring_n`` (also the 0-d array ``np.load`` gives back)."""
+        ring_n = plain(ring_n)
         if isinstance(ring_n, bool) or not isinstance(ring_n, int | np.integer):
             raise ValueError(f"state['ring_n'] must be an integer, got {ring_n!r}")
         if not 0 <= ring_n < RING:

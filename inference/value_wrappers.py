@@ -18,6 +18,7 @@ from gymnasium.utils import RecordConstructorArgs
 from gymnasium.vector import VectorWrapper
 
 from agents.estimator import LowRankSGD
+from agents.state import sub_state
 from inference.optimal_value import OptimalValueInference
 from inference.played_regret import CORRECTIONS, RegretCorrection, correct_interval
 from inference.results import IntervalEstimate
@@ -205,6 +206,12 @@ class _ValueInferenceBase(InferenceWrapperBase):
     def _extra_state(self) -> dict[str, Any]:
         """The regret check's reservoir and own reference core (None without the check)."""
         return {"regret": None if self._regret is None else self._regret.state_dict()}
+
+    def _nested_extra(self, state) -> dict[str, Any]:
+        regret = sub_state(state, "regret")
+        if regret is not None:
+            regret = {"rules": sub_state(regret, "rules"), "own": sub_state(regret, "own")}
+        return {"regret": regret}
 
     def _check_extra_state(self, state):
         return None if self._regret is None else self._regret.check_state(state.get("regret"))

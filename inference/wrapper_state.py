@@ -4,9 +4,10 @@ A wrapper's ``state_dict()`` nests the states of its parts beside its own counte
 inference core (``"core"``), its own estimator and warm-start buffer (``"estimator"``,
 ``"buffer"``; None when it shares an agent's estimator, or once the warm start is over),
 the last observation (``"obs"``) and whatever the wrapper adds (:meth:`WrapperState._extra_state`,
-the ``V*`` wrapper's ``"regret"``).  ``load_state_dict`` follows the scheme of
-:mod:`agents.state`: every part is validated on copies first, and only then is anything
-assigned, so a state that fails changes nothing.
+the ``V*`` wrapper's ``"regret"``).  It follows the scheme of :mod:`agents.state`:
+:func:`agents.state.save_state` stores it flat (``"core.n"``, ``"regret.rules.seen"``, ...)
+and ``load_state_dict`` takes either layout; every part is validated on copies first, and
+only then is anything assigned, so a state that fails changes nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.state import check_part, read_int
+from agents.state import check_part, read_int, sub_state
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like
 from lrbandit_gym.validation import check_magnitude
 
@@ -38,9 +39,27 @@ class WrapperState:
         warm-start buffer, observation, and the wrapper's own additions) is validated
         before any is assigned, so a state that fails raises :class:`ValueError` naming the
         key and changes nothing."""
+        state = self._nested(state)
         extra = self._check_extra_state(state)
         self._load_common(state)
         self._apply_extra_state(extra)
+
+    def _nested(self, state: Any) -> Any:
+        """``state`` in the nested layout of :meth:`state_dict`, whichever layout it came
+        in (:func:`agents.state.load_state` gives the flat one, parts left out for None)."""
+        if not isinstance(state, Mapping) or "core" in state:
+            return state
+        nested = {key: value for key, value in state.items() if "." not in key}
+        nested.setdefault("obs", None)
+        for part in ("estimator", "buffer", "core"):
+            nested[part] = sub_state(state, part)
+        nested.update(self._nested_extra(state))
+        return nested
+
+    def _nested_extra(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The wrapper's own parts of a flat ``state``, nested as :meth:`_extra_state`
+        gives them."""
+        return {}
 
     def _extra_state(self) -> dict[str, Any]:
         """The wrapper's own parts beyond the common ones (none by default)."""

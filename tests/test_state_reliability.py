@@ -17,7 +17,7 @@ import pytest
 import lrbandit_gym
 from agents import EpsilonGreedy, UniformRandom
 from agents.estimator import LowRankSGD
-from agents.state import generator_state_from
+from agents.state import flat_state, generator_state_from, load_state, save_state
 from inference import (
     LinearFormInference,
     OptimalValueInference,
@@ -244,6 +244,20 @@ def test_a_value_state_with_the_reservoir_generator_nested_still_loads():
     b = _wrapper(ValueInference, 20)
     b.load_state_dict(nested)
     _assert_same(a.state_dict(), b.state_dict())
+
+
+@pytest.mark.parametrize("rounds", [12, 45], ids=["in-warm-start", "after-warm-start"])
+@pytest.mark.parametrize("cls", [ParameterInference, ValueInference])
+def test_a_wrapper_state_saves_flat_with_agents_save_state_and_loads_back(cls, rounds, tmp_path):
+    """One persistence scheme: a wrapper's nested state saves with agents.state.save_state
+    (np.savez, no pickling) and its load_state_dict takes the flat layout load_state gives."""
+    a = _wrapper(cls, rounds)
+    save_state(tmp_path / "wrapper.npz", a.state_dict())
+    flat = load_state(tmp_path / "wrapper.npz")
+    assert "core.n" in flat and not any(isinstance(v, dict) for v in flat.values())
+    b = _wrapper(cls, 5)
+    b.load_state_dict(flat)
+    _assert_same(flat_state(a.state_dict()), flat_state(b.state_dict()))
 
 
 # ---------------------------------------------------------------- item 5: absurd values

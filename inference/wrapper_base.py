@@ -60,6 +60,15 @@ class InferenceWrapperBase(WrapperState):
     A public wrapper mixes this base with its Gymnasium wrapper class, ``_layer``
     (``gym.Wrapper`` for a single env, ``VectorWrapper`` for a vector env, as ``_vector``
     says); its constructor calls :meth:`_open`, then :meth:`_setup`, then builds its core.
+    Its share of each round is four hooks, which :meth:`step` calls in this order:
+
+    * ``_snapshot(xb, actions, propensities)``, before the inner step: what the core reads
+      of the estimate the agent acted on (and the checks that need no reward);
+    * ``_stage(snapshot, round_)``, after it: the core's round computed and checked on the
+      :class:`~lrbandit_gym.rounds.Round`, everything that can fail, nothing written;
+    * ``_absorb(staged, round_)``, when the outermost wrapper commits: writes it (cannot
+      fail);
+    * ``_running_info()``: what ``info[info_key]`` reports after the step.
     """
 
     info_key = "inference"

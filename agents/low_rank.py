@@ -5,10 +5,12 @@ uniformly random actions whose data are fitted by nuclear-norm penalised least s
 (eq. (10)), then learns online by Algorithm 1 with the exact propensities it reports.
 
 The warm start is sized from the problem by default
-(:func:`agents.warm_start.default_warm_start_rounds`), refused at construction when its
-buffer would exceed ``max_memory_bytes``, and cannot fail on legitimate data: an arm with
-too few pulls gets a defined start (:func:`agents.warm_start.initial_estimate`, with a
-warning), and a fit that fails numerically leaves the policy as it was before the round.
+(:func:`agents.warm_start.default_warm_start_rounds`) and, when its rounds show an error
+large against the differences between arms, extended (:mod:`agents.warm_start.extension`);
+it is refused at construction when its buffer would exceed ``max_memory_bytes``, and it
+cannot fail on legitimate data: an arm with too few pulls gets a defined start
+(:func:`agents.warm_start.initial_estimate`, with a warning), and a fit that fails
+numerically leaves the policy as it was before the round.
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ class LowRankPolicy(PolicyBase):
         when ``M_init`` is given.  Default: sized from the problem by
         :func:`agents.warm_start.default_warm_start_rounds` (2100 rounds at the paper's
         d = 50, r = 3, K = 2; the paper's own 2000 is
-        :data:`agents.warm_start.DEFAULT_WARM_START_ROUNDS`).
+        :data:`agents.warm_start.DEFAULT_WARM_START_ROUNDS`), doubled up to 8 times while
+        the error is large against the differences between arms
+        (:mod:`agents.warm_start.extension`; ``warm_start_rounds`` follows).  A length
+        given here is kept exactly.
     M_init : array of shape (K, d1, d2) or (B, K, d1, d2), optional
         A user-supplied initial estimate; skips the warm start.
     step_scale : float, optional
@@ -149,6 +154,7 @@ class LowRankPolicy(PolicyBase):
             ways_out="pass a shorter warm start (warm_start=), an initial estimate (M_init=), "
             "fewer trials per policy, or a larger max_memory_bytes=",
             stacklevel=4,  # the caller of the subclass's constructor
+            extend=True,
         )
         self.warm_start_fit = self._warm_start.method
         self.warm_start_rounds = self._warm_start.rounds
@@ -220,11 +226,15 @@ class LowRankPolicy(PolicyBase):
         if not warm.full:
             return
         # opt-in: the held-out check costs about one more fit (agents.warm_start.check)
-        M_init, check = warm.finish(
+        finished = warm.finish(
             check=self.check_warm_start,
             who=f"{type(self).__name__}'s warm start",
             stacklevel=4,  # the caller of update()
         )
+        if finished is None:  # the default warm start extends (agents.warm_start.extension)
+            self.warm_start_rounds = warm.rounds
+            return
+        M_init, check = finished
         try:
             self.estimator.initialize(M_init)
         except BaseException:
@@ -235,9 +245,9 @@ class LowRankPolicy(PolicyBase):
         warm.release()  # the rounds are only needed once
 
     def state_dict(self) -> dict[str, Any]:
-        """The flat state (:mod:`agents.state`): ``t``, the generator, ``warm_start_rounds``,
-        the estimator's state under ``estimator.*`` and, during the warm start, the
-        buffer's under ``buffer.*``."""
+        """The flat state (:mod:`agents.state`): ``t``, the generator, ``warm_start_rounds``
+        (the warm start's length, extended or not), the estimator's state under
+        ``estimator.*`` and, during the warm start, the buffer's under ``buffer.*``."""
         state = super().state_dict()
         state["warm_start_rounds"] = int(self.warm_start_rounds)
         state.update({f"estimator.{k}": v for k, v in self.estimator.state_dict().items()})
@@ -249,10 +259,10 @@ class LowRankPolicy(PolicyBase):
     def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
         """Check a :meth:`state_dict` (flat, or nested as saved before), changing nothing.
 
-        Besides the parts' own checks: the warm-start length must be this policy's, a
-        state in the warm start holds a buffer of ``t`` rounds and an uninitialised
-        estimator, and a state after it an initialised estimator that has absorbed
-        ``t - warm_start_rounds`` rounds.
+        Besides the parts' own checks: the warm-start length must be this policy's (for
+        the default warm start, its length or one it extends to), a state in the warm start
+        holds a buffer of ``t`` rounds and an uninitialised estimator, and a state after it
+        an initialised estimator that has absorbed ``t - warm_start_rounds`` rounds.
 
         Raises
         ------
@@ -265,9 +275,11 @@ class LowRankPolicy(PolicyBase):
             raise ValueError("state is missing the estimator's state ('estimator.*' keys)")
         est = self.estimator.validate_state_dict(est_state)
         t = checked["t"]
+        rounds = self.warm_start_rounds
         if "warm_start_rounds" in state:
             rounds = read_int(state["warm_start_rounds"], "state['warm_start_rounds']")
-            if rounds != self.warm_start_rounds:
+            extended = self._warm_start is not None and self._warm_start.allows(rounds)
+            if rounds != self.warm_start_rounds and not extended:
                 raise ValueError(
                     f"state['warm_start_rounds'] = {rounds} does not match this policy's "
                     f"warm start of {self.warm_start_rounds} rounds (build it with "
@@ -281,29 +293,31 @@ class LowRankPolicy(PolicyBase):
                     "state holds a warm-start buffer but this policy has no warm start "
                     "(it was built with M_init)"
                 )
-            buffer = self._warm_start.restored_store(buf_state)
+            buffer = self._warm_start.restored_store(buf_state, rounds)
             if est["initialized"] or buffer.n != t:
                 raise ValueError(
                     f"inconsistent state: in the warm start the buffer must hold t = {t} "
                     f"rounds (it holds {buffer.n}) and the estimator must be uninitialised "
                     f"(initialized = {est['initialized']})"
                 )
-        elif not est["initialized"] or est["t"] != t - self.warm_start_rounds:
+        elif not est["initialized"] or est["t"] != t - rounds:
             raise ValueError(
-                f"inconsistent state: after a warm start of {self.warm_start_rounds} rounds "
-                f"the estimator must be initialised with t - {self.warm_start_rounds} = "
-                f"{t - self.warm_start_rounds} rounds absorbed; it has initialized = "
+                f"inconsistent state: after a warm start of {rounds} rounds "
+                f"the estimator must be initialised with t - {rounds} = "
+                f"{t - rounds} rounds absorbed; it has initialized = "
                 f"{est['initialized']}, t = {est['t']} (and no warm-start buffer is stored)"
             )
         checked["estimator"] = est_state
         checked["buffer"] = buffer
+        checked["warm_start_rounds"] = rounds
         return checked
 
     def _apply_state(self, checked: dict[str, Any]) -> None:
         super()._apply_state(checked)
         self.estimator.load_state_dict(checked["estimator"])  # validated: cannot fail
+        self.warm_start_rounds = checked["warm_start_rounds"]
         if self._warm_start is not None:
-            self._warm_start.adopt(checked["buffer"])
+            self._warm_start.adopt(checked["buffer"], self.warm_start_rounds)
 
 
 def _greedy_mask(preds: np.ndarray) -> np.ndarray:

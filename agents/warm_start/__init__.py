@@ -26,7 +26,9 @@ saved state.  The modules of the package, in the order a round meets them:
   :mod:`~agents.warm_start.alternating`) or :mod:`~agents.warm_start.proximal` (FISTA and
   singular value thresholding);
 * :mod:`~agents.warm_start.check`: whether ``M_init`` is close enough to the truth for the
-  theory, from held-out rounds.
+  theory, from held-out rounds;
+* :mod:`~agents.warm_start.extension`: when the default length is too short for the signal
+  (the error against the differences between arms), and the rule that extends it.
 """
 
 from agents.warm_start.check import WarmStartCheck, WarmStartWarning, check_warm_start

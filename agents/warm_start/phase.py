@@ -9,6 +9,8 @@ the first rounds it sees, weighted by ``1/π`` (:mod:`inference.wrapper_base`). 
 1. **Sizing.**  ``rounds`` given, or the rule of
    :func:`~agents.warm_start.rules.default_warm_start_rounds` (for the streaming fit
    :func:`~agents.warm_start.streaming.default_streaming_rounds`: one pass needs more).
+   With ``extend=True`` (the low-rank policies) the default length grows when the
+   warm-start rounds show an error large against the signal (step 4).
 2. **Memory.**  Where the rounds are kept: a buffer of the contexts
    (:class:`~agents.warm_start.dense.WarmStartBuffer`), of their indices for completion
    contexts (:class:`~agents.warm_start.completion.CompletionWarmStartBuffer`), or only the
@@ -21,11 +23,17 @@ the first rounds it sees, weighted by ``1/π`` (:mod:`inference.wrapper_base`). 
 
    defined for every arm (:func:`agents.warm_start.fit.initial_estimate`).
 4. **Held-out check.**  When asked, whether ``M_init`` is close enough to the truth for the
-   theory (:mod:`agents.warm_start.check`), on stored rounds.
+   theory (:mod:`agents.warm_start.check`), on stored rounds.  For an extending default
+   phase, also its error against the differences between arms, the noise-to-signal ratio
+   ``ρ² = max_{a<b} (e_a + e_b) / s_ab`` of :mod:`agents.warm_start.extension`: while at
+   least half of the trials have ``ρ² > 1/16`` the phase doubles its length (at most 8
+   times the default, within ``max_memory_bytes``), keeps its rounds and goes on; the
+   fit and the measure run again when the longer store is full.
 5. **Rollback.**  If the fit or the check fails, the round that completed the phase is
    taken back out (:meth:`WarmStart.discard_last`) and the error raised: the owner is as it
    was before the round.
-6. **State.**  The store's ``state_dict`` and a checked restore into a fresh store.
+6. **State.**  The store's ``state_dict`` (its ``length`` is the phase's current length,
+   extended or not) and a checked restore into a fresh store of that length.
 """
 
 from __future__ import annotations
@@ -35,9 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from agents.warm_start.check import WarmStartCheck, check_buffer
+from agents.warm_start.check import WarmStartCheck, check_buffer, check_warm_start, warn_if_far
 from agents.warm_start.completion import CompletionWarmStartBuffer, completion_buffer_bytes
 from agents.warm_start.dense import WarmStartBuffer, warm_start_buffer_bytes
+from agents.warm_start.extension import MAX_EXTENSION, extends, noise_to_signal
 from agents.warm_start.rules import default_warm_start_rounds
 from agents.warm_start.streaming import (
     StreamingWarmStart,
@@ -84,11 +93,23 @@ class WarmStart:
     stacklevel : int, default 2
         Of the ``UserWarning`` when the memory, not the caller, chose the streaming fit, as
         for :func:`warnings.warn`, counted from the caller of the constructor.
+    extend : bool, default False
+        Let the default length grow while the error is large against the signal (the rule
+        of :mod:`agents.warm_start.extension`).  Only the default sizing of the buffered fit
+        extends: an explicit ``rounds`` is kept exactly.
 
     Attributes
     ----------
     rounds : int
-        Length of the phase.
+        Length of the phase; an extending phase's grows (:attr:`default_rounds` times a
+        power of 2, at most :attr:`max_rounds`).
+    default_rounds : int
+        The length the phase starts with.
+    max_rounds : int
+        The longest it may grow to: :attr:`default_rounds` when it does not extend.
+    noise_to_signal : ndarray or None
+        The noise-to-signal ratio ``ρ²`` of every trial (shape ``(B,)``, ``(1,)``
+        unbatched) at the last full store of an extending phase; None before.
     method : {"buffer", "streaming"}
         The fit in use.
     store : WarmStartBuffer, CompletionWarmStartBuffer, StreamingWarmStart or None
@@ -115,6 +136,7 @@ class WarmStart:
         max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
         ways_out: str = "pass a shorter warm start or a larger max_memory_bytes=",
         stacklevel: int = 2,
+        extend: bool = False,
     ) -> None:
         self.d1, self.d2, self.n_actions, self.rank = d1, d2, n_actions, rank
         self.context = context
@@ -155,9 +177,30 @@ class WarmStart:
         if self.method == "streaming" and rounds is None:
             # one pass needs more rounds than the buffered fit's default
             length = default_streaming_rounds(d1, d2, rank, n_actions)
-        self.rounds = length
+        self.rounds = self.default_rounds = length
         self._check_memory(ways_out)
+        self.max_rounds = length
+        if extend and rounds is None and self.method == "buffer" and n_actions > 1:
+            longest = MAX_EXTENSION * length
+            while longest > length and self._store_bytes(longest) > self.max_memory_bytes:
+                longest //= 2
+            self.max_rounds = longest
+        self.noise_to_signal: np.ndarray | None = None
         self.store: WarmStartStore | None = self.new_store()
+
+    def _store_bytes(self, rounds: int) -> int:
+        """Bytes of a buffered store of ``rounds`` rounds."""
+        if self.context == "completion":
+            return completion_buffer_bytes(rounds, self.n_trials)
+        return warm_start_buffer_bytes(self.d1, self.d2, rounds, self.n_trials)
+
+    def allows(self, rounds: int) -> bool:
+        """Whether ``rounds`` is a length this phase can have: its default, or, extending,
+        the default times a power of 2 up to :attr:`max_rounds`."""
+        length = self.default_rounds
+        while length < rounds and length < self.max_rounds:
+            length *= 2
+        return length == rounds
 
     def _check_memory(self, ways_out: str) -> None:
         """Refuse a phase whose memory exceeds ``max_memory_bytes`` (``ValueError``)."""
@@ -197,6 +240,18 @@ class WarmStart:
         cls = CompletionWarmStartBuffer if self.context == "completion" else WarmStartBuffer
         return cls(self.d1, self.d2, self.n_actions, self.rounds, n_trials=self.n_trials)
 
+    def _extend(self) -> None:
+        """Double the phase's length (at most :attr:`max_rounds`): a longer store holding
+        the rounds so far replaces the full one."""
+        old = self.store
+        state = old.state_dict()
+        self.rounds = min(2 * self.rounds, self.max_rounds)
+        state["length"] = self.rounds
+        store = self.new_store()
+        store.load_state_dict(state)
+        old.release()
+        self.store = store
+
     # ------------------------------------------------------------------ the rounds
     @property
     def active(self) -> bool:
@@ -225,10 +280,12 @@ class WarmStart:
     # ------------------------------------------------------------------ fit and check
     def finish(
         self, *, check: bool, who: str, stacklevel: int = 2
-    ) -> tuple[np.ndarray, WarmStartCheck | None]:
+    ) -> tuple[np.ndarray, WarmStartCheck | None] | None:
         """``M_init`` from the full store, and the held-out check when ``check`` (stored
         rounds only; a :class:`~agents.warm_start.check.WarmStartWarning` naming ``who`` when
-        the estimate is too far, ``stacklevel`` counted from the caller of this method).
+        the estimate is too far, ``stacklevel`` counted from the caller of this method); or
+        None when an extending phase extends instead (module docstring, step 4): the store
+        keeps every round, has room for more, and the phase goes on.
 
         Rollback: if the fit or the check fails, the round that completed the phase is
         taken back out and the error raised (a ``FloatingPointError`` says so).
@@ -244,7 +301,16 @@ class WarmStart:
         try:
             M_init = store.initial_estimate(rank=self.rank, context=self.context)
             result = None
-            if check and not isinstance(store, StreamingWarmStart):
+            if self.rounds < self.max_rounds:
+                result = self._measure(M_init)
+                if extends(self.noise_to_signal):
+                    self._extend()
+                    return None
+                if check:
+                    warn_if_far(result, who, stacklevel=stacklevel + 1)
+                else:
+                    result = None
+            elif check and not isinstance(store, StreamingWarmStart):
                 result = check_buffer(
                     store, rank=self.rank, context=self.context, who=who, stacklevel=stacklevel + 1
                 )
@@ -258,6 +324,25 @@ class WarmStart:
             raise
         return M_init, result
 
+    def _measure(self, M_init: np.ndarray) -> WarmStartCheck:
+        """The held-out check of the full store (no warning) and, from it and ``M_init``,
+        :attr:`noise_to_signal`."""
+        X, actions, rewards, weights = self.store.data()
+        result = check_warm_start(
+            X,
+            actions,
+            rewards,
+            self.n_actions,
+            rank=self.rank,
+            weights=weights,
+            context=self.context,
+        )
+        M = np.asarray(M_init)
+        if self.n_trials is None:  # a trial axis for the measure
+            X, weights, M = X[None], weights[None], M[None]
+        self.noise_to_signal = noise_to_signal(M, result, X, weights)
+        return result
+
     def release(self) -> None:
         """End the phase: the store gives its memory up (to
         :mod:`agents.warm_start.memory_pool` when that pool is on) and is dropped."""
@@ -270,16 +355,39 @@ class WarmStart:
         """The store's state (flat, plain arrays), or None once the phase is over."""
         return None if self.store is None else self.store.state_dict()
 
-    def restored_store(self, state: dict[str, Any]) -> WarmStartStore:
-        """A new store holding a saved :meth:`state_dict`, checked first (``ValueError``);
+    def restored_store(self, state: dict[str, Any], rounds: int | None = None) -> WarmStartStore:
+        """A new store of ``rounds`` rounds (default :attr:`rounds`; one that
+        :meth:`allows`) holding a saved :meth:`state_dict`, checked first (``ValueError``);
         this object does not change (:meth:`adopt` installs the store)."""
-        store = self.new_store()
+        if rounds is not None and rounds != self.rounds:
+            if not self.allows(rounds):
+                raise ValueError(
+                    f"a warm start of {rounds} rounds is not one this phase can have (its "
+                    f"default {self.default_rounds}"
+                    + (
+                        f", doubled up to {self.max_rounds})"
+                        if self.max_rounds > self.default_rounds
+                        else ")"
+                    )
+                )
+            mine, self.rounds = self.rounds, rounds
+            try:
+                store = self.new_store()
+            finally:
+                self.rounds = mine
+        else:
+            store = self.new_store()
         store.load_state_dict(state)
         return store
 
-    def adopt(self, store: WarmStartStore | None) -> None:
+    def adopt(self, store: WarmStartStore | None, rounds: int | None = None) -> None:
         """Make ``store`` (from :meth:`restored_store`, or None: the phase is over) this
-        phase's, releasing the one it replaces."""
+        phase's, releasing the one it replaces; ``rounds`` (one that :meth:`allows`) is the
+        phase's length from now on (default: the store's, or unchanged)."""
         if self.store is not None and self.store is not store:
             self.store.release()
         self.store = store
+        if rounds is None and store is not None:
+            rounds = store.length
+        if rounds is not None:
+            self.rounds = int(rounds)

@@ -257,9 +257,8 @@ def make_policy(setting: ValidationSetting, venv, seed):
     if setting.policy in LOW_RANK_POLICIES:
         cls = EpsilonGreedy if setting.policy == "epsilon-greedy" else Softmax
         _, _, rank, _, _ = problem_sizes(venv, setting)
-        return cls(
-            venv, rank=rank, warm_start=warm_start_rounds(setting, venv), seed=seed, **kwargs
-        )
+        # None: the policy's default, which extends when the signal asks for it
+        return cls(venv, rank=rank, warm_start=setting.warm_start, seed=seed, **kwargs)
     cls = UniformRandom if setting.policy == "uniform" else LinearEpsilonGreedy
     return cls(venv, seed=seed, **kwargs)
 

@@ -1,0 +1,138 @@
+"""When the default warm start is too short for the signal: the rule that extends it.
+
+The default length (:func:`~agents.warm_start.rules.default_warm_start_rounds`) counts
+degrees of freedom, so it brings ``M_init`` within the noise level of the truth
+(docs/method.md §3).  The greedy rules a policy plays afterwards compare arms, though, and
+what decides them is the estimation error against the *signal*, the differences between
+the arms: with ten times the paper's noise the default leaves ``‖M_init − M‖_F`` about half
+of ``σ``, which the held-out check accepts, yet large against ``‖M_a − M_b‖_F``, and the
+greedy rules are far from optimal for hundreds of rounds.
+
+Both sides are measured on the warm-start rounds, in units of squared predictions:
+
+* the error of arm ``a``: the held-out check's excess prediction error
+  (:mod:`agents.warm_start.check`), ``e_a = MSE_a − σ̂_a² ≈ E<M̂_a − M_a, X>²``, times
+  ``4/5``: the check's fit leaves every fifth round out, ``M_init`` uses them all, and the
+  error of a least-squares fit falls like ``1/n``;
+* the signal between arms ``a`` and ``b``: the mean squared difference of ``M_init``'s
+  predictions on the stored contexts, ``s_ab = Σ_t w_t <M̂_a − M̂_b, X_t>² / Σ_t w_t``.
+
+Their ratio, the *noise-to-signal ratio* of a trial, is the largest over pairs of arms,
+
+    ρ² = max_{a<b} (e_a + e_b) / s_ab.                                             (NSR)
+
+For independent fits ``e_a + e_b`` is the mean squared error of the estimated difference
+``<M̂_a − M̂_b, X>``, so ``ρ`` is the tangent of the angle between the estimated and the true
+difference; with Gaussian contexts the greedy choice between the two arms differs from the
+optimal one on a fraction ``arctan(ρ)/π`` of the contexts.  :data:`MAX_NOISE_TO_SIGNAL` =
+1/16 (``ρ = 1/4``, at most 8% of contexts decided the other way) is the largest ratio the
+default accepts.  An arm that the check cannot measure (too few rounds) has ``e_a = inf``;
+arms whose fitted predictions coincide have ``s_ab = 0``: both ask for more rounds.
+
+The rule, :func:`extends`: after the default number of rounds, a trial *needs* more when
+``ρ² > 1/16``; a batch of trials (which share one warm-start length: the trials of a vector
+env play in lock step) extends while at least half of its trials need more
+(:data:`EXTEND_FRACTION`).  Extending doubles the length, up to :data:`MAX_EXTENSION` = 8
+times the default and within the phase's memory limit, then fits and measures again.
+:class:`~agents.warm_start.phase.WarmStart` applies it for the low-rank policies' default
+warm start only: an explicit length is the user's and is kept exactly, the streaming fit
+keeps no held-out rounds, and the inference wrappers' own warm start (which observes
+rounds, it does not choose them) keeps its length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agents.warm_start.check import HOLDOUT_EVERY, WarmStartCheck
+from lrbandit_gym.onehot import OneHotContexts
+
+__all__ = [
+    "EXTEND_FRACTION",
+    "MAX_EXTENSION",
+    "MAX_NOISE_TO_SIGNAL",
+    "extends",
+    "noise_to_signal",
+]
+
+#: Largest noise-to-signal ratio ``ρ²`` (NSR) the default warm start accepts.
+MAX_NOISE_TO_SIGNAL = 1.0 / 16.0
+
+#: Longest extended warm start, in multiples of the default length.
+MAX_EXTENSION = 8
+
+#: Fraction of a batch's trials that must need more rounds for the batch to extend.
+EXTEND_FRACTION = 0.5
+
+
+def noise_to_signal(
+    M_init: np.ndarray,
+    check: WarmStartCheck,
+    X: np.ndarray | OneHotContexts,
+    weights: np.ndarray,
+) -> np.ndarray:
+    """``ρ²`` of (NSR) for every trial (module docstring).
+
+    Parameters
+    ----------
+    M_init : ndarray of shape (B, K, d1, d2)
+        The fit of eq. (10) on every stored round.
+    check : WarmStartCheck
+        The held-out check on the same rounds (arrays of shape ``(B, K)``).
+    X : ndarray of shape (B, n, d1, d2), or OneHotContexts
+        The stored contexts (as :func:`~agents.warm_start.inputs.validate_inputs` returns
+        them).
+    weights : ndarray of shape (B, n)
+        The rounds' weights.
+
+    Returns
+    -------
+    ndarray of shape (B,)
+        ``inf`` where an arm could not be checked or two arms' predictions coincide; NaN
+        with a single arm (no pair to compare).
+    """
+    B, K = M_init.shape[:2]
+    with np.errstate(invalid="ignore"):
+        excess = np.asarray(check.heldout_mse) - np.asarray(check.sigma2)
+    excess = np.atleast_2d(excess).reshape(B, K)
+    error = np.where(np.isfinite(excess), np.maximum(excess, 0.0), np.inf)
+    error = error * (HOLDOUT_EVERY - 1) / HOLDOUT_EVERY
+    out = np.full(B, np.nan)
+    if K < 2:
+        return out
+    for b in range(B):
+        if isinstance(X, OneHotContexts):
+            preds = M_init[b][:, X.rows[b], X.cols[b]].T  # (n, K): <M, e_j e_kᵀ> = M[j, k]
+        else:
+            # The trial's contexts in (d1, n, d2) layout (a view of the buffer's storage):
+            # every arm's predictions are one batched GEMM over the rows.
+            Xs = X[b].transpose(1, 0, 2)
+            Mb = M_init[b].astype(Xs.dtype)
+            preds = np.stack(
+                [
+                    np.matmul(Xs, Mb[k][:, :, None])[..., 0].sum(axis=0, dtype=np.float64)
+                    for k in range(K)
+                ],
+                axis=1,
+            )
+        w = weights[b]
+        total = w.sum()
+        worst = 0.0
+        for i in range(K):
+            for j in range(i + 1, K):
+                spread = float((w * (preds[:, i] - preds[:, j]) ** 2).sum() / total)
+                pair = error[b, i] + error[b, j]
+                ratio = pair / spread if spread > 0 else np.inf
+                worst = max(worst, ratio)
+        out[b] = worst
+    return out
+
+
+def extends(ratios: np.ndarray) -> bool:
+    """Whether a phase whose trials have these ``ρ²`` extends: at least
+    :data:`EXTEND_FRACTION` of them above :data:`MAX_NOISE_TO_SIGNAL` (NaN, a single arm,
+    never needs more)."""
+    ratios = np.asarray(ratios, dtype=float)
+    with np.errstate(invalid="ignore"):
+        needs = ratios > MAX_NOISE_TO_SIGNAL
+    return bool(needs.mean() >= EXTEND_FRACTION)

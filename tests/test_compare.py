@@ -185,25 +185,42 @@ def test_tidy_results_summary_and_inference():
     assert rows["eps"]["ms_per_round"] > 0
     inference = res.inference(as_frame=False)
     labels = {r["quantity"] for r in inference}
-    assert labels == {"<M_0, T1>", "<M_1, T1>", "<M_0, T2>", "<M_1, T2>", "V*"}
+    parameters = {"<M_0, T1>", "<M_1, T1>", "<M_0, T2>", "<M_1, T2>", "V*"}
+    assert labels == parameters | {"V(arm 0)", "V(uniform)"}
     covered = []
     for r in inference:
         if r["agent"] in ("eps", "uniform"):
-            assert r["trials"] == 6 and r["mean_width"] > 0
+            assert r["trials"] == 6 and r["mean_width"] > 0 and r["note"] == ""
             assert np.isclose(r["coverage"] * 6, round(r["coverage"] * 6))  # k of 6 trials
-            covered.append(r["coverage"])
+            if r["quantity"] in parameters:
+                covered.append(r["coverage"])
         else:  # the oracle gives arms probability 0: no crash, NaN and the reason
             assert r["trials"] == 0 and np.isnan(r["coverage"])
             assert "probability 0" in r["note"] or "π_t(a) = 0" in r["note"]
+            if r["quantity"].startswith("V("):  # the policy-evaluation wrapper's own reason
+                assert "policy evaluation (V(arm 0), V(uniform)) refused" in r["note"]
+                assert "MIN_PROPENSITY" in r["note"]
     # 60 intervals at 95% (0.95 here): a biased estimator or a standard error far too small
     # covers well under 0.8
     assert len(covered) == 10 and np.mean(covered) >= 0.8, covered
     assert "π_t(a) = 0" in rows["oracle"]["notes"]
+    assert "policy evaluation" in rows["oracle"]["notes"]
+    assert np.isnan(rows["oracle"]["coverage_policy_uniform"])
+    assert rows["eps"]["width_policy_arm_0"] > 0 and rows["eps"]["coverage_policy_uniform"] >= 0
+    assert res.policy_values == {"arm 0": 0.0, "uniform": 0.0}  # Gaussian contexts
+    # The target policies were refused before the step: the round went on through the
+    # parameter and V* wrappers, which refused (if at all) only on a later round.
+    oracle = res.data["oracle"]
+    assert not oracle["policy_valid"].any() and oracle["policy_refusals"]
+    first = min(r for r, _ in oracle["policy_refusals"])
+    assert all(r >= first for r, _ in oracle["refusals"])
     curves = res.curves()
     assert curves["eps"]["regret"].shape == res.checkpoints.shape
     assert np.isfinite(curves["eps"]["widths"]["V*"][-1])
+    assert np.isfinite(curves["eps"]["widths"]["V(uniform)"][-1])
     text = res.to_markdown()
     assert "| oracle |" in text and "n/a" in text and "Notes:" in text
+    assert "| V* | V(arm 0) | V(uniform) |" in text
     if importlib.util.find_spec("pandas") is not None:
         frame = res.regret()
         assert list(frame.columns) == ["agent", "trial", "round", "cumulative_regret"]
@@ -255,6 +272,11 @@ def test_cli_compare_writes_tables_and_files(tmp_path, capsys):
         assert (tmp_path / name).is_file()
     meta = json.loads((tmp_path / "compare.json").read_text())
     assert meta["trials"] == 4 and meta["rounds"] == 120
+    assert "| V* | V(arm 0) | V(uniform) |" in out
+    assert {"V(arm 0)", "V(uniform)"} <= {r["quantity"] for r in meta["inference"]}
+    assert "coverage_policy_arm_0" in meta["summary"][0] and meta["policy_values"]
+    assert "V(uniform)" in (tmp_path / "compare_inference.csv").read_text()
+    assert "width_policy_uniform" in (tmp_path / "compare.csv").read_text()
     assert [r["agent"] for r in meta["summary"]] == ["eps-greedy", "linear", "uniform", "oracle"]
     if importlib.util.find_spec("matplotlib") is not None:
         assert sorted(p.rsplit("/", 1)[-1] for p in meta["files"]["figures"]) == [
@@ -264,3 +286,39 @@ def test_cli_compare_writes_tables_and_files(tmp_path, capsys):
         ]
     with pytest.raises(SystemExit):
         main(["compare", "--agents", "nobody", "--out", str(tmp_path)])
+
+
+def _drop_inverse_propensity(predictions, action, reward, propensities, targets):
+    """The AIPW terms without their 1/π weight (tools/mutants.py's policy_value_no_ipw)."""
+    trials = np.arange(predictions.shape[0])
+    res = reward - predictions[trials, action]
+    weight = targets[trials, :, action]
+    return np.einsum("bjk,bk->bj", targets, predictions) + weight * res[:, None]
+
+
+@pytest.mark.filterwarnings("ignore:warm start. too few rounds:RuntimeWarning")
+def test_policy_value_rows_cover_under_epsilon_greedy(monkeypatch):
+    """300 trials of ε-greedy (ε = 0.2) on a small completion problem, where the values of
+    the target policies are not zero: V(arm 0) and V(uniform) cover within 5 Monte Carlo
+    s.e. of 0.95; the same intervals without the 1/π weight miss the band (the outcome
+    model's error is no longer corrected where the agent rarely plays)."""
+    from inference.policy_value import PolicyValueInference
+
+    env = {"d1": 5, "d2": 5, "rank": 1, "context": "completion", "noise_std": 0.1}
+    agent = OurAgent("EpsilonGreedy", {"rank": 1, "warm_start": 40, "epsilon": 0.2})
+    run = dict(trials=300, rounds=200, warm_start=40, batch_size=300, checkpoints=1)
+    low = 0.95 - 5 * np.sqrt(0.95 * 0.05 / 300)  # 0.887
+
+    def coverage():
+        res = compare(env, {"eps": agent}, **run, seed=1, progress=False)
+        rows = {r["quantity"]: r for r in res.inference(as_frame=False)}
+        for label, truth in (("V(arm 0)", res.policy_values["arm 0"]), ("V(uniform)", None)):
+            assert rows[label]["trials"] == 300 and rows[label]["note"] == ""
+            assert truth is None or rows[label]["truth"] == truth != 0
+        return [rows["V(arm 0)"]["coverage"], rows["V(uniform)"]["coverage"]]
+
+    right = coverage()
+    assert all(low <= c <= 1.0 for c in right), right
+    monkeypatch.setattr(PolicyValueInference, "terms", staticmethod(_drop_inverse_propensity))
+    wrong = coverage()
+    assert all(c < low for c in wrong), wrong

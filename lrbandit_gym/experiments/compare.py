@@ -5,9 +5,10 @@
 :mod:`lrbandit_gym.experiments.compare_run`) and returns a :class:`ComparisonResult`: per-round
 cumulative regret per agent and trial, a summary (final regret mean ± s.e. and interquartile
 mean, estimation error ``‖M̂_a − M_a‖_F`` where the agent has an estimate, time per round),
-and the coverage and mean width of the inference wrappers' intervals for ``<M_a, T>`` and
-``V*`` computed on each agent's own trajectory: which policy's data give the sharpest valid
-inference.
+and the coverage and mean width of the inference wrappers' intervals for ``<M_a, T>``,
+``V*`` and the values of two fixed target policies (always arm 0, uniform; see
+:mod:`lrbandit_gym.experiments.policy_targets`) computed on each agent's own trajectory:
+which policy's data give the sharpest valid inference.
 
 Agents are given as factories ``factory(env, seed=seed) -> agent``:
 
@@ -42,6 +43,7 @@ from lrbandit_gym.experiments.compare_run import ComparisonSetting, merge_units,
 from lrbandit_gym.experiments.montecarlo import chunk_map
 from lrbandit_gym.experiments.outputs import ArgumentError
 from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted
+from lrbandit_gym.experiments.policy_targets import target_policy_values
 from lrbandit_gym.experiments.studies import paper_targets
 
 __all__ = [
@@ -390,6 +392,7 @@ def compare(
     )
     truth = np.array([base.linear_form(t) for t in targets.values()])
     optimal = float(base.optimal_value)
+    policy_values = target_policy_values(base)
     true_params = np.array(base.true_params)
     probe.close()
 
@@ -460,6 +463,7 @@ def compare(
             "trials_planned": planned,
         },
         partial=stopped is not None,
+        policy_values=policy_values,
     )
     if stopped is not None:
         raise RunInterrupted(result, sum(done.values()), sum(planned.values())) from None

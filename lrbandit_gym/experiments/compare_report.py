@@ -3,7 +3,9 @@
 :class:`ComparisonResult` holds each agent's raw arrays (trials on the first axis) and turns
 them into the summary (final cumulative regret mean ± s.e. and interquartile mean, estimation
 error, time per round), the inference table (coverage and mean width of every interval,
-computed on each agent's own trajectory), Markdown, CSV, JSON, ``.npz`` and, with the
+``<M_a, T>``, ``V*`` and the values ``V(arm 0)``, ``V(uniform)`` of the fixed target
+policies of :mod:`~lrbandit_gym.experiments.policy_targets`, computed on each agent's own
+trajectory), Markdown, CSV, JSON, ``.npz`` and, with the
 ``plot`` extra, figures.  Tables are pandas DataFrames when pandas is installed and lists of
 dicts (arrays for the regret) otherwise.
 """
@@ -12,9 +14,9 @@ from __future__ import annotations
 
 import json
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import stats
@@ -31,8 +33,9 @@ from lrbandit_gym.experiments.outputs import (
     write_npz,
     write_text,
 )
+from lrbandit_gym.experiments.policy_targets import policy_label
 
-__all__ = ["OUTPUT_FILES", "ComparisonResult"]
+__all__ = ["OUTPUT_FILES", "ComparisonResult", "ReportedQuantity"]
 
 #: Every file :meth:`ComparisonResult.save` may write into its folder.
 OUTPUT_FILES = (
@@ -58,6 +61,17 @@ def _pandas(as_frame: bool | None):
             raise ImportError("as_frame=True needs pandas: pip install pandas") from None
         return None
     return pd
+
+
+class ReportedQuantity(NamedTuple):
+    """One interval of the tables: ``<M_arm, T>`` (``target``: the index of ``T``), ``V*``
+    (neither), or the value of a target policy (``policy``: its index in
+    :attr:`ComparisonResult.policy_values`)."""
+
+    label: str
+    target: int | None = None
+    arm: int | None = None
+    policy: int | None = None
 
 
 def _coverage(est, se, truth, valid, z):
@@ -101,8 +115,11 @@ class ComparisonResult:
         Per agent: ``trials`` (indices), ``regret`` ``(n, rounds)`` cumulative regret,
         ``estimation_error`` ``(n, C, K)`` or None, ``estimate``/``se``
         ``(n, C, n_T, K)``, ``value_estimate``/``value_se`` ``(n, C)``, ``valid`` ``(n,)``
-        (inference defined on the trial), ``min_propensity`` ``(n,)`` (after the warm start),
-        ``refusals`` (``(rounds, reason)`` of every unit whose wrappers refused a round),
+        (inference defined on the trial), ``policy_estimate``/``policy_se`` ``(n, C, P)``
+        and ``policy_valid`` ``(n,)`` for the target policies, ``min_propensity`` ``(n,)``
+        (after the warm start), ``refusals`` (``(rounds, reason)`` of every unit whose
+        wrappers refused a round), ``policy_refusals`` (of every unit whose policy
+        evaluation refused a target policy),
         ``context_sum`` ``(n,)`` (the sum of every context the trial acted on: the same
         for every agent on a trial, since contexts do not depend on actions),
         ``seconds`` and ``agent_seconds`` (process-seconds, summed over units).
@@ -118,6 +135,9 @@ class ComparisonResult:
         True for a comparison stopped by Ctrl-C: ``data`` holds the units that finished
         (an agent's trials may then have gaps, see ``data[name]["trials"]``), and agents
         without one are not in ``agents``.
+    policy_values : dict of str to float
+        The exact value of every target policy, by name, in the order of
+        ``policy_estimate``'s last axis.
     """
 
     setting: ComparisonSetting
@@ -128,6 +148,7 @@ class ComparisonResult:
     true_params: np.ndarray
     info: dict
     partial: bool = False
+    policy_values: dict = field(default_factory=dict)
 
     @property
     def interrupted(self) -> str:
@@ -147,17 +168,47 @@ class ComparisonResult:
     def _z(self) -> float:
         return float(stats.norm.ppf(0.5 + self.setting.confidence_level / 2))
 
-    def quantities(self) -> list[tuple[str, int | None, int | None]]:
-        """``(label, target index, arm)`` of every interval; ``V*`` last (None, None)."""
+    def quantities(self) -> list[ReportedQuantity]:
+        """Every interval of the tables: each ``<M_a, T>``, ``V*``, then every target
+        policy's value."""
         out = []
         for j, name in enumerate(self.setting.targets):
             for arm in range(self.truth.shape[1]):
-                out.append((f"<M_{arm}, {name}>", j, arm))
-        out.append(("V*", None, None))
+                out.append(ReportedQuantity(f"<M_{arm}, {name}>", target=j, arm=arm))
+        out.append(ReportedQuantity("V*"))
+        for j, policy in enumerate(self.policy_values):
+            out.append(ReportedQuantity(policy_label(policy), policy=j))
         return out
 
+    def _series(self, name: str, q: ReportedQuantity):
+        """An agent's ``(estimates, standard errors, valid, truth)`` of quantity ``q``: the
+        arrays ``(n, C)`` at every checkpoint and ``(n,)``."""
+        d = self.data[name]
+        if q.policy is not None:
+            truth = list(self.policy_values.values())[q.policy]
+            est, se = d["policy_estimate"][:, :, q.policy], d["policy_se"][:, :, q.policy]
+            return est, se, d["policy_valid"], truth
+        if q.target is None:
+            return d["value_estimate"], d["value_se"], d["valid"], self.optimal_value
+        est, se = d["estimate"][:, :, q.target, q.arm], d["se"][:, :, q.target, q.arm]
+        return est, se, d["valid"], float(self.truth[q.target, q.arm])
+
+    def policy_notes(self, name: str) -> list[str]:
+        """Why the target policies' values are missing for some of an agent's trials, if
+        they are."""
+        refusals = self.data[name].get("policy_refusals", [])
+        if not refusals:
+            return []
+        rounds, reason = min(refusals, key=lambda r: r[0])
+        labels = ", ".join(policy_label(p) for p in self.policy_values)
+        return [
+            f"policy evaluation ({labels}) refused a target in {len(refusals)} unit(s) of "
+            f"trials, the first after {rounds} rounds: {reason}"
+        ]
+
     def notes(self, name: str) -> list[str]:
-        """Why inference is missing for some of an agent's trials, if it is."""
+        """Why inference is missing for some of an agent's trials, if it is (the target
+        policies' own reasons: :meth:`policy_notes`)."""
         d = self.data[name]
         n = len(d["trials"])
         out = []
@@ -228,8 +279,14 @@ class ComparisonResult:
             n = final.size
             err = d["estimation_error"]
             mine = [r for r in inference if r["agent"] == name]
-            params = [r for r in mine if r["quantity"] != "V*" and r["trials"]]
+            params = [r for r in mine if r["quantity"].startswith("<M_") and r["trials"]]
             value = next(r for r in mine if r["quantity"] == "V*")
+            policies = {}
+            for policy in self.policy_values:
+                r = next(r for r in mine if r["quantity"] == policy_label(policy))
+                key = policy.replace(" ", "_")
+                policies[f"coverage_policy_{key}"] = r["coverage"]
+                policies[f"width_policy_{key}"] = r["mean_width"]
             rows.append(
                 {
                     "agent": name,
@@ -253,8 +310,9 @@ class ComparisonResult:
                     ),
                     "coverage_value": value["coverage"],
                     "width_value": value["mean_width"],
+                    **policies,
                     "min_propensity": float(np.min(d["min_propensity"])),
-                    "notes": " | ".join(self.notes(name)),
+                    "notes": " | ".join(self.notes(name) + self.policy_notes(name)),
                 }
             )
         pd = _pandas(as_frame)
@@ -267,18 +325,14 @@ class ComparisonResult:
         z = self._z()
         rows = []
         for name in self.agents:
-            d = self.data[name]
-            valid = d["valid"]
-            for label, j, arm in self.quantities():
-                if j is None:
-                    est, se = d["value_estimate"][:, checkpoint], d["value_se"][:, checkpoint]
-                    truth = self.optimal_value
-                else:
-                    est, se = d["estimate"][:, checkpoint, j, arm], d["se"][:, checkpoint, j, arm]
-                    truth = float(self.truth[j, arm])
-                row = {"agent": name, "quantity": label, "truth": truth}
-                row.update(_coverage(est, se, truth, valid, z))
-                row["note"] = "" if row["trials"] else (" | ".join(self.notes(name)) or "none")
+            for q in self.quantities():
+                est, se, valid, truth = self._series(name, q)
+                row = {"agent": name, "quantity": q.label, "truth": truth}
+                row.update(_coverage(est[:, checkpoint], se[:, checkpoint], truth, valid, z))
+                notes = [] if row["trials"] else self.notes(name)
+                if q.policy is not None:  # said even when some trials remain
+                    notes = self.policy_notes(name) + notes
+                row["note"] = " | ".join(notes) if notes or row["trials"] else "none"
                 rows.append(row)
         pd = _pandas(as_frame)
         return rows if pd is None else pd.DataFrame(rows)
@@ -292,13 +346,12 @@ class ComparisonResult:
         c = self.checkpoints - 1
         for name in self.agents:
             d = self.data[name]
-            valid = d["valid"]
             widths = {}
-            for label, j, arm in self.quantities():
-                se = d["value_se"] if j is None else d["se"][:, :, j, arm]
+            for q in self.quantities():
+                _, se, valid, _ = self._series(name, q)
                 se = np.where(valid[:, None], se, np.nan)
                 with np.errstate(all="ignore"), _quiet():
-                    widths[label] = 2 * z * np.nanmean(se, axis=0)
+                    widths[q.label] = 2 * z * np.nanmean(se, axis=0)
             err = d["estimation_error"]
             with _quiet():
                 error = np.nanmean(err, axis=(0, 2)) if err is not None else np.full(c.size, np.nan)
@@ -343,7 +396,14 @@ class ComparisonResult:
             "",
             f"Coverage of the {level} intervals after round {s.rounds} on each agent's own "
             "trajectory, with its 95% Monte Carlo (Wilson) interval, and the mean width in "
-            "parentheses:",
+            "parentheses"
+            + (
+                f"; {', '.join(policy_label(p) for p in self.policy_values)} are the values of "
+                "fixed target policies evaluated on that trajectory (docs/method.md §9)"
+                if self.policy_values
+                else ""
+            )
+            + ":",
             "",
             "| agent | trials | " + " | ".join(labels) + " |",
             "|---|---|" + "---|" * len(labels),
@@ -361,8 +421,9 @@ class ComparisonResult:
                 else:
                     cells.append(f"{format_coverage(r)} ({r['mean_width']:.3g})")
             lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
-            if self.notes(name):
-                notes.append(f"- {name}: " + "; ".join(self.notes(name)))
+            agent_notes = self.notes(name) + self.policy_notes(name)
+            if agent_notes:
+                notes.append(f"- {name}: " + "; ".join(agent_notes))
         if notes:
             lines += ["", "Notes:", *notes]
         return "\n".join(lines)
@@ -404,9 +465,11 @@ class ComparisonResult:
         paths["markdown"] = write_text(out / "compare.md", self.to_markdown() + "\n", stamp)
         arrays = {"truth": self.truth, "optimal_value": np.array(self.optimal_value)}
         arrays["checkpoints"] = self.checkpoints
+        arrays["policy_values"] = np.array(list(self.policy_values.values()), dtype=float)
+        skipped = ("refusals", "policy_refusals", "seconds", "agent_seconds")
         for name in self.agents:
             for key, value in self.data[name].items():
-                if key not in ("refusals", "seconds", "agent_seconds") and value is not None:
+                if key not in skipped and value is not None:
                     arrays[f"{name}/{key}"] = np.asarray(value)
         paths["npz"] = write_npz(out / "compare.npz", arrays, stamp)
         paths["figures"] = []
@@ -425,6 +488,7 @@ class ComparisonResult:
             **self.info,
             "truth": self.truth.tolist(),
             "optimal_value": self.optimal_value,
+            "policy_values": self.policy_values,
             "summary": summary,
             "inference": inference,
             "seconds": {n: self.data[n]["seconds"] for n in self.agents},

@@ -40,7 +40,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="agents side by side on the same trials: regret, estimation, inference",
         description="Run agents on the same trials (same contexts and noise for every agent) "
         "and report cumulative regret, estimation error, time per round, and the coverage "
-        "and width of the intervals computed on each agent's own trajectory. Default "
+        "and width of the intervals computed on each agent's own trajectory: <M_a, T>, V*, "
+        "and V(arm 0), V(uniform), the values of two fixed target policies (n/a, with the "
+        "reason, where the agent's propensities cannot support them). Default "
         "line-up: eps-greedy, softmax, ensemble (low-rank), linear (full-rank eps-greedy), "
         "ppo and dqn (sb3 extra), uniform, oracle.",
     )

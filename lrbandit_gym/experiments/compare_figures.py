@@ -75,7 +75,7 @@ def comparison_figures(result, out: Path) -> list[Path]:
     paths.append(out / "compare_estimation_error.png")
     write_figure(fig, paths[-1], dpi=110)
 
-    labels = [q[0] for q in result.quantities()]
+    labels = [q.label for q in result.quantities()]
     cols = min(3, len(labels))
     fig, axes = _figure(math.ceil(len(labels) / cols), cols)
     for ax, label in zip(axes, labels, strict=False):

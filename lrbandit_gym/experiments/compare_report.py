@@ -391,7 +391,7 @@ class ComparisonResult:
                 f"{r['shared_regret_mean']:.1f} | {err} | {r['ms_per_round']:.3f} "
                 f"({r['agent_ms_per_round']:.3f}) |"
             )
-        labels = [q[0] for q in self.quantities()]
+        labels = [q.label for q in self.quantities()]
         lines += [
             "",
             f"Coverage of the {level} intervals after round {s.rounds} on each agent's own "

@@ -9,7 +9,7 @@ from scipy.linalg.blas import dger as _dger
 
 from agents.base import PolicyBase
 from agents.state import same_value
-from lrbandit_gym.validation import check_finite
+from lrbandit_gym.input_checks import check_finite
 
 __all__ = ["LinearEpsilonGreedy", "Oracle", "UniformRandom"]
 

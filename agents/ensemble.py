@@ -71,7 +71,7 @@ from agents.ensemble_stats import (
     per_arm,
     prior_mean,
 )
-from lrbandit_gym.validation import (
+from lrbandit_gym.input_checks import (
     check_choice,
     check_positive_float,
     check_positive_int,

@@ -40,7 +40,7 @@ import numpy as np
 
 from agents.state import same_value
 from lrbandit_gym import engine
-from lrbandit_gym.validation import check_finite, check_positive_float
+from lrbandit_gym.input_checks import check_finite, check_positive_float
 
 __all__ = [
     "BLOCK_BYTES",

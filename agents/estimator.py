@@ -52,7 +52,7 @@ from agents.estimator_state import EstimatorPersistence
 from agents.step_size import normalized_step, resolve_step, schedule
 from lrbandit_gym import engine
 from lrbandit_gym.onehot import OneHotContexts
-from lrbandit_gym.validation import (
+from lrbandit_gym.input_checks import (
     check_actions,
     check_choice,
     check_finite,

@@ -39,7 +39,7 @@ import numpy as np
 from agents.estimator_products import ProductCache
 from lrbandit_gym import engine
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
-from lrbandit_gym.validation import check_context_fingerprint
+from lrbandit_gym.input_checks import check_context_fingerprint
 
 __all__ = ["FactorStore", "ProposedStep", "PulledArms"]
 

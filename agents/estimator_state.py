@@ -23,7 +23,7 @@ import numpy as np
 
 from agents.divergence import fixed_bound, initial_bound
 from agents.state import plain, read_bool, read_int, same_value
-from lrbandit_gym.validation import check_finite
+from lrbandit_gym.input_checks import check_finite
 
 __all__ = ["CONFIG_KEYS", "EstimatorPersistence"]
 

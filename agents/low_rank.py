@@ -25,7 +25,7 @@ from agents.state import read_int, sub_state
 from agents.warm_start.phase import DEFAULT_MAX_MEMORY_BYTES, WarmStart
 from agents.warm_start.streaming import WARM_START_FITS
 from lrbandit_gym.decision import Decision
-from lrbandit_gym.validation import check_choice, check_positive_int, check_propensities
+from lrbandit_gym.input_checks import check_choice, check_positive_int, check_propensities
 
 __all__ = ["EpsilonGreedy", "LowRankPolicy", "Softmax"]
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lrbandit_gym.validation import check_positive_float
+from lrbandit_gym.input_checks import check_positive_float
 
 __all__ = [
     "DEFAULT_STEP_GAIN",

@@ -4,9 +4,9 @@ Core estimators work on any stream ``(X_t, a_t, y_t, π_t)`` with a predictable 
 estimate; the wrappers run them while any agent plays a ``MatrixContextBandit-v0``.
 """
 
-from lrbandit_gym.companions import check_companion, companion_error
+from lrbandit_gym.package_check import check_companion, companion_error
 
-try:  # the agents package must be lrbandit-gym's (see lrbandit_gym.companions)
+try:  # the agents package must be lrbandit-gym's (see lrbandit_gym.package_check)
     import agents as _agents
 except Exception as exc:
     raise companion_error("agents", f"importing it failed: {exc!r}") from exc

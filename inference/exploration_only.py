@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from inference.linear_form import LinearFormCore, check_estimate_scale
-from lrbandit_gym.validation import (
+from lrbandit_gym.input_checks import (
     check_actions,
     check_batch_vector,
     check_factors,

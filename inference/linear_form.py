@@ -43,7 +43,7 @@ from inference.linear_form_round import (
 from inference.linear_form_state import LinearFormPersistence
 from inference.tangent_space import TargetTriplets
 from lrbandit_gym.rounds import Round
-from lrbandit_gym.validation import (
+from lrbandit_gym.input_checks import (
     check_actions,
     check_batch_vector,
     check_choice,
@@ -285,7 +285,7 @@ class LinearFormInference(LinearFormCore):
         ------
         ValueError
             On any malformed input, an estimate ``U Vᵀ`` whose entries may exceed
-            :data:`~lrbandit_gym.validation.MAX_MAGNITUDE`, or a round whose squares the
+            :data:`~lrbandit_gym.input_checks.MAX_MAGNITUDE`, or a round whose squares the
             running sums cannot hold; the object is then unchanged.
         """
         Ub, Vb = check_factors(U, V, self.n_actions, self.d1, self.d2, self.rank, self.n_trials)

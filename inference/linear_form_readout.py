@@ -25,7 +25,7 @@ from inference.results import (
 )
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from inference.tangent_space import basis_transform
-from lrbandit_gym.validation import check_arm, check_confidence_level, check_target_name
+from lrbandit_gym.input_checks import check_arm, check_confidence_level, check_target_name
 
 __all__ = ["LinearFormReadout"]
 

@@ -27,7 +27,7 @@ from agents.estimator_products import one_hot_products
 from inference.tangent_space import pulled_arm_terms
 from lrbandit_gym import engine
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
-from lrbandit_gym.validation import MAX_MAGNITUDE, check_matrix_stack
+from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_matrix_stack
 
 __all__ = [
     "Changes",
@@ -85,7 +85,7 @@ class RoundTerms(NamedTuple):
 
 def check_estimate_scale(U: np.ndarray, V: np.ndarray, batched: bool) -> None:
     """Refuse factors whose estimate ``U Vᵀ`` may have entries beyond
-    :data:`~lrbandit_gym.validation.MAX_MAGNITUDE`: ``r · max|U| · max|V|`` bounds them,
+    :data:`~lrbandit_gym.input_checks.MAX_MAGNITUDE`: ``r · max|U| · max|V|`` bounds them,
     and ``Σ_t M̂`` adds the estimate once a round (factors of 1e100 each are admissible
     values, their product of 1e200 is not).  ``U`` (B, K, d1, r), ``V`` (B, K, d2, r).
     """
@@ -167,7 +167,7 @@ class LinearFormRound:
         target) are the round's expensive part; they are kept for the commit.  The round is
         refused when ``w·res²`` or ``(c·w)²·<G_t, X_t>²`` would make a running sum
         infinite, or when ``|c·w·res|`` (the correction's coefficient, times context entries
-        of at most :data:`~lrbandit_gym.validation.MAX_MAGNITUDE`) exceeds
+        of at most :data:`~lrbandit_gym.input_checks.MAX_MAGNITUDE`) exceeds
         ``MAX_MAGNITUDE``: such a round would turn every later interval into NaN.
 
         Parameters

@@ -32,7 +32,7 @@ from inference.results import (
 )
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from lrbandit_gym.rounds import Round
-from lrbandit_gym.validation import (
+from lrbandit_gym.input_checks import (
     MIN_PROPENSITY,
     check_actions,
     check_batch_vector,

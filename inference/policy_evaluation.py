@@ -31,7 +31,7 @@ from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
 from inference.wrapper_base import InferenceWrapperBase
 from lrbandit_gym.rounds import Round
-from lrbandit_gym.validation import MIN_PROPENSITY
+from lrbandit_gym.input_checks import MIN_PROPENSITY
 
 __all__ = ["GREEDY", "PolicyEvaluation", "VectorPolicyEvaluation"]
 

@@ -37,7 +37,7 @@ from agents.state import check_config, check_count, copy_arrays
 from inference.results import IntervalEstimate, trials_phrase, warn_insufficient
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from lrbandit_gym.rounds import Round
-from lrbandit_gym.validation import (
+from lrbandit_gym.input_checks import (
     PROPENSITY_TOL,
     check_actions,
     check_batch_vector,

@@ -37,7 +37,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 from inference.results import IntervalEstimate, finish_array, normal_interval
-from lrbandit_gym.validation import check_positive_int
+from lrbandit_gym.input_checks import check_positive_int
 
 __all__ = [
     "DEFAULT_TUNING_N",

@@ -41,7 +41,7 @@ from inference.wrapper_state import WrapperState
 from lrbandit_gym.decision import split_decision
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.rounds import Round
-from lrbandit_gym.validation import MAX_MAGNITUDE, check_magnitude, check_propensities
+from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_magnitude, check_propensities
 
 __all__ = ["InferenceWrapperBase"]
 

@@ -28,7 +28,7 @@ from gymnasium import spaces
 
 from lrbandit_gym.decision import split_decision
 from lrbandit_gym.env import check_action
-from lrbandit_gym.validation import MAX_MAGNITUDE, check_choice, check_positive_float
+from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_choice, check_positive_float
 
 __all__ = [
     "ENV_ID",

@@ -12,7 +12,7 @@ a completion context.
 
 The index form of one context is an integer array ``[j, k]`` of shape ``(2,)`` (``(B, 2)``
 for ``B`` trials); :func:`check_index` validates it as strictly as
-:func:`lrbandit_gym.validation.check_context` validates a matrix.
+:func:`lrbandit_gym.input_checks.check_context` validates a matrix.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from lrbandit_gym.onehot import OneHotContexts
-from lrbandit_gym.validation import (
+from lrbandit_gym.input_checks import (
     check_actions,
     check_context,
     check_propensities,

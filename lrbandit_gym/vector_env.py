@@ -17,7 +17,7 @@ from lrbandit_gym.problem import (
     observation_space,
 )
 from lrbandit_gym.sampling import draw_contexts, draw_noise
-from lrbandit_gym.validation import check_positive_int
+from lrbandit_gym.input_checks import check_positive_int
 
 __all__ = ["MatrixContextBanditVectorEnv"]
 

@@ -29,7 +29,7 @@ from agents.warm_start import (
     WarmStartBuffer,
 )
 from lrbandit_gym import engine
-from lrbandit_gym.validation import MAX_MAGNITUDE
+from lrbandit_gym.input_checks import MAX_MAGNITUDE
 
 numba_only = pytest.mark.skipif(not engine.numba_available(), reason="needs numba (fast extra)")
 

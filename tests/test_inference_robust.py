@@ -15,7 +15,7 @@ from inference import (
     VectorValueInference,
 )
 from lrbandit_gym import Decision
-from lrbandit_gym.validation import MIN_PROPENSITY
+from lrbandit_gym.input_checks import MIN_PROPENSITY
 
 D = 4
 

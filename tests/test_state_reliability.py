@@ -25,7 +25,7 @@ from inference import (
     ValueInference,
 )
 from lrbandit_gym import Decision
-from lrbandit_gym.validation import MAX_MAGNITUDE
+from lrbandit_gym.input_checks import MAX_MAGNITUDE
 
 D1, D2, RANK, K = 4, 3, 1, 2
 WARM = 30

@@ -30,7 +30,7 @@ from agents.warm_start import (
     nuclear_norm_fit,
     warm_start_buffer_bytes,
 )
-from lrbandit_gym.validation import MAX_MAGNITUDE
+from lrbandit_gym.input_checks import MAX_MAGNITUDE
 
 
 # --------------------------------------------------------------------------- helpers

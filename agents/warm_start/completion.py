@@ -17,7 +17,7 @@ import numpy as np
 
 from agents.warm_start.store import RoundStore
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
-from lrbandit_gym.validation import (
+from lrbandit_gym.input_checks import (
     check_actions,
     check_context,
     check_rewards,

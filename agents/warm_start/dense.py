@@ -15,7 +15,7 @@ import numpy as np
 from agents.state import read_str
 from agents.warm_start.memory_pool import give_spare, take_spare
 from agents.warm_start.store import RoundStore
-from lrbandit_gym.validation import (
+from lrbandit_gym.input_checks import (
     check_actions,
     check_context,
     check_finite,
@@ -141,7 +141,7 @@ class WarmStartBuffer(RoundStore):
         ValueError
             If the buffer is full, or ``X`` has an entry outside the range of the storage
             dtype (it would be stored as ``inf``) or, stored as float64, beyond
-            :data:`~lrbandit_gym.validation.MAX_MAGNITUDE`; nothing is stored then.
+            :data:`~lrbandit_gym.input_checks.MAX_MAGNITUDE`; nothing is stored then.
         """
         if self.full:
             raise self._full_error(ValueError)

@@ -95,7 +95,7 @@ from agents.warm_start.rules import (
     start_weak_arms,
 )
 from lrbandit_gym.onehot import OneHotContexts
-from lrbandit_gym.validation import (
+from lrbandit_gym.input_checks import (
     check_choice,
     check_positive_float,
     check_positive_int,

@@ -54,7 +54,7 @@ from agents.warm_start.streaming import (
     default_streaming_rounds,
     streaming_warm_start_bytes,
 )
-from lrbandit_gym.validation import check_positive_int
+from lrbandit_gym.input_checks import check_positive_int
 
 __all__ = ["DEFAULT_MAX_MEMORY_BYTES", "WarmStart", "WarmStartStore"]
 

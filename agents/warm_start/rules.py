@@ -44,7 +44,7 @@ import numpy as np
 
 from agents.warm_start.factored import factored_nuclear_norm_fit
 from agents.warm_start.inputs import CONTEXTS, fit_failure, name_list
-from lrbandit_gym.validation import check_choice, check_positive_int
+from lrbandit_gym.input_checks import check_choice, check_positive_int
 
 __all__ = [
     "DEFAULT_WARM_START_ROUNDS",

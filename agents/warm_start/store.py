@@ -17,7 +17,7 @@ import numpy as np
 
 from agents.state import plain, read_int, same_value
 from agents.warm_start.fit import initial_estimate, nuclear_norm_fit
-from lrbandit_gym.validation import check_finite, check_positive_int
+from lrbandit_gym.input_checks import check_finite, check_positive_int
 
 __all__ = ["RoundCounter", "RoundStore"]
 

@@ -45,7 +45,7 @@ from agents.state import plain, read_bool, read_int, same_value
 from agents.warm_start.dense import warm_start_buffer_bytes
 from agents.warm_start.rules import START_SCALE, fixed_directions
 from agents.warm_start.store import RoundCounter
-from lrbandit_gym.validation import (
+from lrbandit_gym.input_checks import (
     check_actions,
     check_choice,
     check_context,
@@ -258,7 +258,7 @@ class StreamingWarmStart(RoundCounter):
         ------
         ValueError
             If the warm start is full, a weight is not 1 or a context entry exceeds
-            :data:`~lrbandit_gym.validation.MAX_MAGNITUDE` (nothing changes then).
+            :data:`~lrbandit_gym.input_checks.MAX_MAGNITUDE` (nothing changes then).
         FloatingPointError
             If the step of a refining round is not finite (nothing changes then).
         """

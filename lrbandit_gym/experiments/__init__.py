@@ -6,10 +6,10 @@ This is the top layer: it imports :mod:`lrbandit_gym`'s core, :mod:`agents` and
 :mod:`inference`, and none of them imports it (``lint-imports`` checks the direction).
 """
 
-from lrbandit_gym.companions import check_companion, companion_error
+from lrbandit_gym.package_check import check_companion, companion_error
 
 for _name, _attribute in (("agents", "LowRankSGD"), ("inference", "LinearFormInference")):
-    try:  # both must be lrbandit-gym's packages (see lrbandit_gym.companions)
+    try:  # both must be lrbandit-gym's packages (see lrbandit_gym.package_check)
         _module = __import__(_name)
     except ImportError as _exc:
         if _exc.msg.startswith("the top-level package"):

@@ -13,7 +13,7 @@ from agents import EpsilonGreedy
 from inference import ParameterInference, ValueInference
 from lrbandit_gym.experiments.outputs import RunStamp, check_outputs, stamped, write_figure
 from lrbandit_gym.experiments.studies import paper_targets
-from lrbandit_gym.validation import check_positive_int
+from lrbandit_gym.input_checks import check_positive_int
 
 __all__ = ["run_demo"]
 

@@ -379,7 +379,7 @@ def _check_run(setting, trials, seed, jobs, batch_size, confidence_level, backen
     """The run's arguments checked (:class:`SettingError` naming the first wrong one):
     ``(batch_size, confidence level)``."""
     from inference.results import InsufficientDataWarning  # noqa: F401  (package check)
-    from lrbandit_gym.validation import check_confidence_level
+    from lrbandit_gym.input_checks import check_confidence_level
 
     check_setting(setting)
     for name, v, least in (("trials", trials, 1), ("jobs", jobs, 1), ("seed", seed, 0)):

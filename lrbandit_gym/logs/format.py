@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from lrbandit_gym.validation import MAX_MAGNITUDE, PROPENSITY_TOL
+from lrbandit_gym.input_checks import MAX_MAGNITUDE, PROPENSITY_TOL
 
 __all__ = [
     "CONTEXT_COLUMNS",

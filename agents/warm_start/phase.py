@@ -229,28 +229,27 @@ class WarmStart:
                 f"above max_memory_bytes = {limit}; {ways_out}"
             )
 
-    def new_store(self) -> WarmStartStore:
-        """An empty store of :attr:`rounds` rounds: the contexts' indices for completion
-        contexts (memory independent of ``d1 x d2``), else the matrices, or the streaming
-        fit's sums (memory independent of the length)."""
+    def new_store(self, rounds: int | None = None) -> WarmStartStore:
+        """An empty store of ``rounds`` rounds (default :attr:`rounds`): the contexts'
+        indices for completion contexts (memory independent of ``d1 x d2``), else the
+        matrices, or the streaming fit's sums (memory independent of the length)."""
+        length = self.rounds if rounds is None else rounds
         if self.method == "streaming":
             return StreamingWarmStart(
-                self.d1, self.d2, self.n_actions, self.rounds, self.rank, n_trials=self.n_trials
+                self.d1, self.d2, self.n_actions, length, self.rank, n_trials=self.n_trials
             )
         cls = CompletionWarmStartBuffer if self.context == "completion" else WarmStartBuffer
-        return cls(self.d1, self.d2, self.n_actions, self.rounds, n_trials=self.n_trials)
+        return cls(self.d1, self.d2, self.n_actions, length, n_trials=self.n_trials)
 
     def _extend(self) -> None:
         """Double the phase's length (at most :attr:`max_rounds`): a longer store holding
         the rounds so far replaces the full one."""
-        old = self.store
-        state = old.state_dict()
-        self.rounds = min(2 * self.rounds, self.max_rounds)
-        state["length"] = self.rounds
-        store = self.new_store()
+        longer = min(2 * self.rounds, self.max_rounds)
+        state = self.store.state_dict()
+        state["length"] = longer
+        store = self.new_store(longer)
         store.load_state_dict(state)
-        old.release()
-        self.store = store
+        self.adopt(store)
 
     # ------------------------------------------------------------------ the rounds
     @property
@@ -370,13 +369,7 @@ class WarmStart:
                         else ")"
                     )
                 )
-            mine, self.rounds = self.rounds, rounds
-            try:
-                store = self.new_store()
-            finally:
-                self.rounds = mine
-        else:
-            store = self.new_store()
+        store = self.new_store(rounds)
         store.load_state_dict(state)
         return store
 

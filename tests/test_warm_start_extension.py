@@ -14,7 +14,7 @@ import pytest
 import lrbandit_gym  # noqa: F401  (registers the environment)
 from agents import EpsilonGreedy
 from agents.warm_start import WarmStart, default_warm_start_rounds, warm_start_buffer_bytes
-from agents.warm_start.check import check_warm_start
+from agents.warm_start.check import WarmStartCheck, check_warm_start
 from agents.warm_start.extension import (
     MAX_EXTENSION,
     MAX_NOISE_TO_SIGNAL,
@@ -117,6 +117,31 @@ def test_noise_to_signal_compares_the_error_with_the_gap_between_arms():
         check = check_warm_start(X, a, y, 2, rank=1)
         ratios.append(noise_to_signal(truth[None], check, X[None], np.ones((1, 400)))[0])
     assert ratios[0] < MAX_NOISE_TO_SIGNAL / 10 < MAX_NOISE_TO_SIGNAL < ratios[1]
+
+
+def test_with_more_arms_only_the_comparisons_that_decide_count():
+    """Arms 1 and 2 coincide, but arm 0 is always far above them: the greedy rule never
+    compares them with each other, so their coincidence asks for no more rounds."""
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((1, 200, 3, 2))
+    X[..., 0, 0] = 1.0  # an intercept
+    M = np.zeros((1, 3, 3, 2))
+    M[0, 0, 0, 0] = 10.0
+    M[0, 1, 1, 1] = M[0, 2, 1, 1] = 0.5
+    excess = np.full((1, 3), 0.01)
+    check = WarmStartCheck(
+        ratio=excess,
+        ratio_se=excess,
+        sigma2=np.ones((1, 3)),
+        heldout_mse=1.0 + excess,
+        flagged=np.zeros((1, 3), dtype=bool),
+        rounds=200,
+        recommended=400,
+    )
+    ratio = noise_to_signal(M, check, X, np.ones((1, 200)))[0]
+    assert ratio < MAX_NOISE_TO_SIGNAL / 100
+    M[0, 0, 0, 0] = -10.0  # now arms 1 and 2 are compared, and nothing tells them apart
+    assert noise_to_signal(M, check, X, np.ones((1, 200)))[0] == np.inf
 
 
 def _lockstep(env, a, b, obs, n):

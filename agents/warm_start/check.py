@@ -59,8 +59,8 @@ import numpy as np
 from agents.warm_start.fit import nuclear_norm_fit
 from agents.warm_start.inputs import name_list, validate_inputs
 from agents.warm_start.rules import default_warm_start_rounds, min_warm_start_pulls
-from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.input_checks import check_positive_int
+from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = [
     "HOLDOUT_EVERY",

@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 
 from agents.warm_start.store import RoundStore
-from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.input_checks import (
     check_actions,
     check_context,
     check_rewards,
     check_weights,
 )
+from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 
 __all__ = ["ROUND_BYTES", "CompletionWarmStartBuffer", "completion_buffer_bytes"]
 

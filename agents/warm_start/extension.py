@@ -14,20 +14,25 @@ Both sides are measured on the warm-start rounds, in units of squared prediction
   (:mod:`agents.warm_start.check`), ``e_a = MSE_a − σ̂_a² ≈ E<M̂_a − M_a, X>²``, times
   ``4/5``: the check's fit leaves every fifth round out, ``M_init`` uses them all, and the
   error of a least-squares fit falls like ``1/n``;
-* the signal between arms ``a`` and ``b``: the mean squared difference of ``M_init``'s
-  predictions on the stored contexts, ``s_ab = Σ_t w_t <M̂_a − M̂_b, X_t>² / Σ_t w_t``.
+* the signal: on every stored context ``X_t`` the greedy rule compares the two arms
+  ``a_t``, ``b_t`` that ``M_init`` predicts best, and the gap between their predictions,
+  ``g_t = <M̂_{a_t} − M̂_{b_t}, X_t>``, is what the error must not overturn.
 
-Their ratio, the *noise-to-signal ratio* of a trial, is the largest over pairs of arms,
+Their ratio, the *noise-to-signal ratio* of a trial, is (weights ``w_t``)
 
-    ρ² = max_{a<b} (e_a + e_b) / s_ab.                                             (NSR)
+    ρ² = Σ_t w_t (e_{a_t} + e_{b_t}) / Σ_t w_t g_t².                                (NSR)
 
-For independent fits ``e_a + e_b`` is the mean squared error of the estimated difference
-``<M̂_a − M̂_b, X>``, so ``ρ`` is the tangent of the angle between the estimated and the true
-difference; with Gaussian contexts the greedy choice between the two arms differs from the
-optimal one on a fraction ``arctan(ρ)/π`` of the contexts.  :data:`MAX_NOISE_TO_SIGNAL` =
-1/16 (``ρ = 1/4``, at most 8% of contexts decided the other way) is the largest ratio the
-default accepts.  An arm that the check cannot measure (too few rounds) has ``e_a = inf``;
-arms whose fitted predictions coincide have ``s_ab = 0``: both ask for more rounds.
+With two arms it is ``(e_0 + e_1) / s_01``, ``s_01`` the mean squared difference of the
+two arms' predictions.  For independent fits ``e_a + e_b`` is the mean squared error of
+the estimated difference ``<M̂_a − M̂_b, X>``, so ``ρ`` is then the tangent of the angle
+between the estimated and the true difference; with Gaussian contexts the greedy choice
+differs from the optimal one on a fraction ``arctan(ρ)/π`` of the contexts.  With more
+arms only the comparisons that decide the greedy choice count: arms that are never among
+the two best, or that are close to each other but far below the best, do not ask for
+more rounds.  :data:`MAX_NOISE_TO_SIGNAL` = 1/16 (``ρ = 1/4``: with two arms at most 8%
+of contexts decided the other way) is the largest ratio the default accepts.  An arm that
+the check cannot measure (too few rounds) has ``e_a = inf``, and arms whose fitted
+predictions coincide leave no gap: both ask for more rounds.
 
 The rule, :func:`extends`: after the default number of rounds, a trial *needs* more when
 ``ρ² > 1/16``; a batch of trials (which share one warm-start length: the trials of a vector
@@ -88,8 +93,8 @@ def noise_to_signal(
     Returns
     -------
     ndarray of shape (B,)
-        ``inf`` where an arm could not be checked or two arms' predictions coincide; NaN
-        with a single arm (no pair to compare).
+        ``inf`` where a compared arm could not be checked or the compared predictions
+        coincide; NaN with a single arm (nothing to compare).
     """
     B, K = M_init.shape[:2]
     with np.errstate(invalid="ignore"):
@@ -116,15 +121,13 @@ def noise_to_signal(
                 axis=1,
             )
         w = weights[b]
-        total = w.sum()
-        worst = 0.0
-        for i in range(K):
-            for j in range(i + 1, K):
-                spread = float((w * (preds[:, i] - preds[:, j]) ** 2).sum() / total)
-                pair = error[b, i] + error[b, j]
-                ratio = pair / spread if spread > 0 else np.inf
-                worst = max(worst, ratio)
-        out[b] = worst
+        ranked = np.argsort(preds, axis=1, kind="stable")
+        best, second = ranked[:, -1], ranked[:, -2]  # the two arms each context compares
+        rows = np.arange(preds.shape[0])
+        gap2 = (w * (preds[rows, best] - preds[rows, second]) ** 2).sum()
+        with np.errstate(invalid="ignore"):  # an unchecked arm's inf times a zero weight
+            err = np.where(w > 0, w * (error[b, best] + error[b, second]), 0.0).sum()
+        out[b] = err / gap2 if gap2 > 0 else np.inf
     return out
 
 

@@ -94,12 +94,12 @@ from agents.warm_start.proximal import NuclearNormFit, proximal_fit
 from agents.warm_start.rules import (
     start_weak_arms,
 )
-from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.input_checks import (
     check_choice,
     check_positive_float,
     check_positive_int,
 )
+from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = ["DEFAULT_PENALTY_SCALE", "initial_estimate", "nuclear_norm_fit"]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.input_checks import check_choice, check_finite, check_positive_int
+from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = [
     "CONTEXTS",

@@ -24,8 +24,8 @@ the first rounds it sees, weighted by ``1/π`` (:mod:`inference.wrapper_base`). 
    defined for every arm (:func:`agents.warm_start.fit.initial_estimate`).
 4. **Held-out check.**  When asked, whether ``M_init`` is close enough to the truth for the
    theory (:mod:`agents.warm_start.check`), on stored rounds.  For an extending default
-   phase, also its error against the differences between arms, the noise-to-signal ratio
-   ``ρ² = max_{a<b} (e_a + e_b) / s_ab`` of :mod:`agents.warm_start.extension`: while at
+   phase, also its error against the gaps between the arms its greedy rules compare, the
+   noise-to-signal ratio ``ρ²`` of :mod:`agents.warm_start.extension`: while at
    least half of the trials have ``ρ² > 1/16`` the phase doubles its length (at most 8
    times the default, within ``max_memory_bytes``), keeps its rounds and goes on; the
    fit and the measure run again when the longer store is full.

@@ -7,8 +7,10 @@ what happens around that fit.
 Size of the warm start
 ----------------------
 :func:`default_warm_start_rounds` sizes the warm start from the degrees of freedom of the
-problem (the rule and its values are in its docstring); :data:`DEFAULT_WARM_START_ROUNDS`
-is the paper's fixed 2000 rounds, which the studies pass explicitly.
+problem (the rule and its values are in its docstring); a policy's default then extends
+while the error is large against the signal (:mod:`agents.warm_start.extension`).
+:data:`DEFAULT_WARM_START_ROUNDS` is the paper's fixed 2000 rounds, which the studies pass
+explicitly.
 
 Arms with too few rounds
 ------------------------

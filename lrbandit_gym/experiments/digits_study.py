@@ -63,7 +63,7 @@ def run_trial(
     the round, the interval, and the running means of the exact and held-out values with the
     current rule's held-out accuracy.
     """
-    from agents import EpsilonGreedy
+    from agents import EpsilonGreedy, default_warm_start_rounds
     from inference import GREEDY, PolicyEvaluation
     from lrbandit_gym.digits import digits_bandit
 
@@ -71,7 +71,9 @@ def run_trial(
         int(s) for s in np.random.SeedSequence(seed).generate_state(3)
     )
     base = digits_bandit(split_seed=split_seed)
-    agent = EpsilonGreedy(base, rank=rank, seed=agent_seed)
+    # the rule's length, fixed: the study's numbers do not depend on the default's extension
+    warm = default_warm_start_rounds(base.d1, base.d2, rank, base.n_actions)
+    agent = EpsilonGreedy(base, rank=rank, seed=agent_seed, warm_start=warm)
     env = PolicyEvaluation(base, {"greedy": GREEDY}, estimator=agent.estimator)
     x_train = base.contexts.reshape(base.n_samples, -1)
     x_test = base.test_contexts.reshape(len(base.test_contexts), -1)

@@ -46,8 +46,8 @@ class LowRankPolicy(PolicyBase):
         d = 50, r = 3, K = 2; the paper's own 2000 is
         :data:`agents.warm_start.DEFAULT_WARM_START_ROUNDS`), doubled up to 8 times while
         the error is large against the differences between arms
-        (:mod:`agents.warm_start.extension`; ``warm_start_rounds`` follows).  A length
-        given here is kept exactly.
+        (:mod:`agents.warm_start.extension`; measuring it costs about one more fit;
+        ``warm_start_rounds`` follows).  A length given here is kept exactly.
     M_init : array of shape (K, d1, d2) or (B, K, d1, d2), optional
         A user-supplied initial estimate; skips the warm start.
     step_scale : float, optional

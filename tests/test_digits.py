@@ -159,7 +159,7 @@ def test_agents_and_policy_evaluation_run_on_digits():
     from inference import PolicyEvaluation
 
     env = digits_bandit(split_seed=0)
-    agent = EpsilonGreedy(env, rank=2, seed=0)  # warm start: 1000 rounds
+    agent = EpsilonGreedy(env, rank=2, seed=0, warm_start=1000)  # the rule's length, fixed
     pe = PolicyEvaluation(env, {"greedy": "greedy"}, estimator=agent.estimator)
     obs, _ = pe.reset(seed=0)
     for _ in range(1300):

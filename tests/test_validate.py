@@ -244,3 +244,25 @@ def test_run_validation_refuses_bad_run_options():
         with pytest.raises(SettingError) as err:
             run_validation(setting, progress=False, **kw)
         assert err.value.field == field
+
+
+def test_diagnostics_give_the_v_star_coverage_of_the_trials_without_a_warning():
+    """The regret-check line says how often the trials that raised no ValueBiasWarning
+    covered V*, counted from the per-trial intervals."""
+    import re
+
+    from inference.played_regret import WARN_RATIO
+
+    result = validate(
+        {**TINY, "noise_std": 0.5}, n=(80, 160), trials=16, batch_size=8, progress=False
+    )
+    a = result.arrays
+    i = [q.label for q in result.quantities].index("V*")
+    truth = result.quantities[i].truth
+    found = re.findall(r"without a warning covered in ([0-9.]+) of (\d+)", result.diagnostics())
+    assert len(found) == 2
+    for c, (share, count) in enumerate(found):
+        quiet = ~(a["value_bias"][c] > WARN_RATIO)
+        covered = (a["low"][c, i][quiet] <= truth) & (truth <= a["high"][c, i][quiet])
+        assert int(count) == quiet.sum()
+        assert float(share) == pytest.approx(covered.mean(), abs=5e-4)

@@ -327,6 +327,7 @@ class ValidationResult:
             lines.append(f"‖M̂_a − M_a‖_F of the estimate inference reads (median, by arm): {parts}")
         bias = a.get("value_bias")
         if bias is not None and np.isfinite(bias).any():
+            silent = self._value_covered_without_warning()
             parts = ", ".join(
                 f"n = {n}: median {np.nanmedian(bias[c]):.2f}, warned in "
                 f"{np.mean(bias[c] > WARN_RATIO):.0%} of trials"
@@ -335,6 +336,7 @@ class ValidationResult:
                     if np.isnan(bias[c]).any()
                     else ""
                 )
+                + silent.get(n, "")
                 for c, n in enumerate(a["checkpoints"])
             )
             lines.append(
@@ -353,6 +355,27 @@ class ValidationResult:
                 f"{np.nanmedian(a['min_propensity']):.3g})"
             )
         return "\n".join(lines)
+
+    def _value_covered_without_warning(self) -> dict[int, str]:
+        """Per checkpoint, how often the ``V*`` interval covers in the trials that raised no
+        :class:`~inference.ValueBiasWarning`: an interval either covers or says it may not."""
+        a = self.arrays
+        labels = [q.label for q in self.quantities]
+        if "V*" not in labels:
+            return {}
+        i = labels.index("V*")
+        truth = self.quantities[i].truth
+        out = {}
+        for c, n in enumerate(a["checkpoints"]):
+            quiet = ~(a["value_bias"][c] > WARN_RATIO)
+            low, high = a["low"][c, i][quiet], a["high"][c, i][quiet]
+            read = np.isfinite(low) & np.isfinite(high)
+            if read.any():
+                covered = (low[read] <= truth) & (truth <= high[read])
+                out[int(n)] = (
+                    f"; without a warning covered in {covered.mean():.3f} of {int(read.sum())}"
+                )
+        return out
 
     def to_markdown(self) -> str:
         """The coverage table in markdown: coverage with its 95% Wilson interval (which keeps

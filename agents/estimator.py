@@ -51,7 +51,6 @@ from agents.estimator_factors import FactorStore, ProposedStep, PulledArms
 from agents.estimator_state import EstimatorPersistence
 from agents.step_size import normalized_step, resolve_step, schedule
 from lrbandit_gym import engine
-from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.input_checks import (
     check_actions,
     check_choice,
@@ -61,6 +60,8 @@ from lrbandit_gym.input_checks import (
     check_propensities,
     check_rewards,
 )
+from lrbandit_gym.onehot import OneHotContexts
+from lrbandit_gym.rounds import Round
 
 __all__ = ["DIVERGENCE_FACTOR", "LowRankSGD", "ProposedStep", "PulledArms"]
 
@@ -142,8 +143,9 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
 
     Policies and inference wrappers that drive a round themselves use the per-round API
     of the base class :class:`~agents.estimator_factors.FactorStore`: :meth:`check_context`
-    validates the context once, then :meth:`predict_validated`, :meth:`pulled` and
-    :meth:`step_validated` share its products (keyed by the context's :meth:`fingerprint`);
+    checks the context once, then :meth:`predict_checked`, :meth:`pulled` and :meth:`step`
+    (on the round's :class:`~lrbandit_gym.rounds.Round`) share its products (keyed by the
+    context's :meth:`fingerprint`);
     :attr:`arm_versions`, :attr:`batched_factors` and :meth:`arm_factors` read the state
     without copying all of it.  :meth:`propose_step` and :meth:`commit_step` split a step
     into its arithmetic (every check included) and its write, so that several estimators
@@ -349,6 +351,24 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
             If the estimator has not been initialised.
         """
         self._require_init("update")
+        res = self.step(self.check_round(X, action, reward, propensities))
+        return float(res[0]) if self.n_trials is None else res
+
+    def check_round(self, X: Any, action: Any, reward: Any, propensities: Any = None) -> Round:
+        """Check one round's raw inputs as :meth:`update` takes them and return them as a
+        :class:`~lrbandit_gym.rounds.Round` in the batched layout, with the contexts'
+        fingerprint (completion contexts as :class:`~lrbandit_gym.onehot.OneHotContexts`
+        where they are one-hot; :meth:`check_context`).
+
+        With ``propensities="unknown"`` the propensities may be None, and given ones need
+        not be positive at the pulled arm.
+
+        Raises
+        ------
+        ValueError
+            Naming the argument and the offending value (and trial, when batched); nothing
+            changes.
+        """
         B = self.n_trials
         Xb, fp = self.check_context(X)
         a = check_actions(action, self.n_actions, B)
@@ -365,37 +385,24 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
             p = check_propensities(
                 propensities, a, self.n_actions, B, require_chosen_positive=known
             )
-        # ---- validated: nothing below raises on user input ---------------------------
-        res = self.step_validated(Xb, a, y, p, fp)
-        return float(res[0]) if B is None else res
+        return Round(Xb, a, y, p, fp)
 
     # ------------------------------------------------------------------ the step of eq. (8)
-    def step_validated(
-        self,
-        Xb: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        propensities: np.ndarray | None,
-        fingerprint: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """:meth:`update` on validated arrays in the batched layout: one step of eq. (8).
-
-        :meth:`propose_step` then :meth:`commit_step`.
+    def step(self, round_: Round) -> np.ndarray:
+        """One step of eq. (8) on a checked round: :meth:`propose_step` then
+        :meth:`commit_step`.  :meth:`update` is this step behind the check of the raw
+        inputs; a policy that checked the round itself (its context when it acted, the
+        rest when it learns) calls it directly.
 
         Parameters
         ----------
-        Xb : ndarray of shape (B, d1, d2), or OneHotContexts
-            Contexts from :meth:`check_context` (assumed validated); one-hot contexts in
-            index form make the step O((d1 + d2) r).
-        actions : ndarray of int64, shape (B,)
-            Pulled arms ``a_t`` (assumed validated).
-        rewards : ndarray of shape (B,)
-            Observed ``y_t`` (assumed finite).
-        propensities : ndarray of shape (B, K) or None
-            ``pi_t(a)`` for every arm (assumed validated, positive at the pulled arm); only
-            read with ``propensities="known"``.
-        fingerprint : ndarray of shape (B,), optional
-            The fingerprint of ``Xb`` from :meth:`check_context`; computed if omitted.
+        round_ : Round
+            The round in the batched layout (``B = 1`` unbatched), checked
+            (:meth:`check_round`, or :meth:`check_context` and the checks of
+            :mod:`lrbandit_gym.input_checks`): contexts from :meth:`check_context` (one-hot
+            contexts in index form make the step O((d1 + d2) r)), their fingerprint (or
+            None: computed), and propensities positive at the pulled arms, read only with
+            ``propensities="known"``.
 
         Returns
         -------
@@ -415,27 +422,20 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         :func:`agents.estimator_products.context_products` for one large context); the
         unbatched API only swaps the fancy-indexed gather/scatter for basic indexing.
         """
-        return self.commit_step(self.propose_step(Xb, actions, rewards, propensities, fingerprint))
+        return self.commit_step(self.propose_step(round_))
 
-    def propose_step(
-        self,
-        Xb: np.ndarray,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        propensities: np.ndarray | None,
-        fingerprint: np.ndarray | None = None,
-    ) -> ProposedStep:
+    def propose_step(self, round_: Round) -> ProposedStep:
         """Compute one step of eq. (8) and run every check on it, without writing anything.
 
-        The arithmetic of :meth:`step_validated` up to the write: the residuals, the
-        weighted SGD step, the balancing of Lemma 2.1 and the divergence checks.  Nothing
-        of the estimator changes (the round's context products are cached, as for
-        :meth:`predict_validated`); :meth:`commit_step` writes the result.
+        The arithmetic of :meth:`step` up to the write: the residuals, the weighted SGD
+        step, the balancing of Lemma 2.1 and the divergence checks.  Nothing of the
+        estimator changes (the round's context products are cached, as for
+        :meth:`predict_checked`); :meth:`commit_step` writes the result.
 
         Parameters
         ----------
-        Xb, actions, rewards, propensities, fingerprint
-            As in :meth:`step_validated` (validated arrays in the batched layout).
+        round_ : Round
+            As in :meth:`step` (checked, in the batched layout).
 
         Returns
         -------
@@ -453,8 +453,8 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
             If the estimator has not been initialised.
         """
         self._require_init("propose_step")
-        a, y = actions, rewards
-        coef = self._step_coefficients(a, propensities)
+        Xb, a, y, fingerprint = round_.contexts, round_.actions, round_.rewards, round_.fingerprint
+        coef = self._step_coefficients(a, round_.propensities)
         # Overflow (a diverging step, or contexts far outside the estimate's scale) shows
         # as non-finite factors or a singular value above the bound, both refused below.
         with np.errstate(over="ignore", invalid="ignore"):
@@ -510,7 +510,7 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         """
         self._require_init("predict")
         Xb, fp = self.check_context(X)
-        return self._out(self.predict_validated(Xb, fp))
+        return self._out(self.predict_checked(Xb, fp))
 
     @property
     def estimates(self) -> np.ndarray:

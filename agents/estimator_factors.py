@@ -9,7 +9,7 @@ or writes it without being part of the algorithm's arithmetic:
   for the unbatched API), with ``V`` also kept side by side, ``(B, d2, K, r)``, for the
   all-arm product of a prediction;
 * the round's products with the context (:meth:`FactorStore.check_context`,
-  :meth:`FactorStore.predict_validated`, :meth:`FactorStore.pulled`), computed once by
+  :meth:`FactorStore.predict_checked`, :meth:`FactorStore.pulled`), computed once by
   :class:`agents.estimator_products.ProductCache` and shared by the policy's prediction, the
   inference wrappers' snapshot and the step;
 * the counters that tell what changed: the state's :attr:`FactorStore.version` and the
@@ -38,8 +38,8 @@ import numpy as np
 
 from agents.estimator_products import ProductCache
 from lrbandit_gym import engine
-from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.input_checks import check_context_fingerprint
+from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 
 __all__ = ["FactorStore", "ProposedStep", "PulledArms"]
 
@@ -130,7 +130,7 @@ class FactorStore:
     The sizes are assumed validated (the subclass does it).  Until the subclass sets the
     factors (:meth:`_set_factors`) they are zero and :attr:`initialized` is False.  The
     methods named here without a class (:meth:`initialize`, :meth:`update`,
-    :meth:`step_validated`, :meth:`propose_step`, :meth:`load_state_dict`, ...) are
+    :meth:`step`, :meth:`propose_step`, :meth:`load_state_dict`, ...) are
     :class:`~agents.estimator.LowRankSGD`'s.
     """
 
@@ -221,8 +221,8 @@ class FactorStore:
             matrix stays dense).
         fingerprint : ndarray of shape (B,)
             Its :meth:`fingerprint`, which is both the finiteness check and the key of the
-            round's products: pass it on to :meth:`predict_validated`, :meth:`pulled` and
-            :meth:`step_validated`.
+            round's products: pass it on to :meth:`predict_checked`, :meth:`pulled` and
+            :meth:`step` (the ``fingerprint`` of its :class:`~lrbandit_gym.rounds.Round`).
 
         Raises
         ------
@@ -272,15 +272,14 @@ class FactorStore:
         """
         return self._product_cache.fingerprint(Xb)
 
-    def predict_validated(
-        self, Xb: np.ndarray, fingerprint: np.ndarray | None = None
-    ) -> np.ndarray:
-        """:meth:`predict` on a validated context, in the batched layout.
+    def predict_checked(self, Xb: np.ndarray, fingerprint: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`predict` on contexts :meth:`check_context` has checked, in the batched
+        layout (what :meth:`predict` runs after its check).
 
         Parameters
         ----------
-        Xb : ndarray of shape (B, d1, d2)
-            Contexts from :meth:`check_context` (assumed validated).
+        Xb : ndarray of shape (B, d1, d2), or OneHotContexts
+            Contexts from :meth:`check_context` (not checked again).
         fingerprint : ndarray of shape (B,), optional
             Their fingerprint from :meth:`check_context`; computed if omitted.
 
@@ -306,7 +305,7 @@ class FactorStore:
     ) -> PulledArms:
         """What the pulled arms' factors are before the step, and their products with ``X``.
 
-        The products are the ones :meth:`step_validated` then uses on the same context
+        The products are the ones :meth:`step` then uses on the same context
         (cached for the round), so a caller that snapshots the round computes nothing twice.
 
         Parameters

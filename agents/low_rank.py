@@ -26,6 +26,7 @@ from agents.warm_start.phase import DEFAULT_MAX_MEMORY_BYTES, WarmStart
 from agents.warm_start.streaming import WARM_START_FITS
 from lrbandit_gym.decision import Decision
 from lrbandit_gym.input_checks import check_choice, check_positive_int, check_propensities
+from lrbandit_gym.rounds import Round
 
 __all__ = ["EpsilonGreedy", "LowRankPolicy", "Softmax"]
 
@@ -184,10 +185,10 @@ class LowRankPolicy(PolicyBase):
         return self.estimator.t
 
     def _predictions(self, x: np.ndarray) -> np.ndarray:
-        """``<M̂_a, X>`` for a validated batched context, checked finite (else
+        """``<M̂_a, X>`` for a checked batched context, checked finite (else
         ``FloatingPointError``, before anything is drawn)."""
         with np.errstate(over="ignore", invalid="ignore"):  # checked next
-            preds = self.estimator.predict_validated(x, self._fingerprint)
+            preds = self.estimator.predict_checked(x, self._fingerprint)
         self._check_predictions(preds, x)
         return preds
 
@@ -207,22 +208,23 @@ class LowRankPolicy(PolicyBase):
             )
         b = self.n_trials
         props = check_propensities(props if b is not None else props[0], actions, self.n_actions, b)
+        # Everything is checked, in the estimator's batched layout (B = 1 unbatched).
+        round_ = Round(x, actions, rewards, props, self._fingerprint)
         if self.in_warm_start:
-            self._absorb_warm_start_round(x, actions, rewards)
+            self._absorb_warm_start_round(round_)
             return
-        # Everything is validated, in the estimator's batched layout (B = 1 unbatched).
         # The step raises FloatingPointError before writing anything if it diverges.
-        self.estimator.step_validated(x, actions, rewards, props, self._fingerprint)
+        self.estimator.step(round_)
 
-    def _absorb_warm_start_round(self, x, actions, rewards) -> None:
+    def _absorb_warm_start_round(self, round_: Round) -> None:
         """Store a warm-start round; the last one fits ``M_init`` and initialises the SGD.
 
         If that fit fails, the round is taken back out of the warm start and the error
         raised: the policy is as it was before the round.
         """
         warm = self._warm_start
-        # x, actions and rewards were validated by update(); weights are 1 (uniform).
-        warm.add(x, actions, rewards, 1.0)
+        # The round was checked by update(); weights are 1 (uniform).
+        warm.add_round(round_, 1.0)
         if not warm.full:
             return
         # opt-in: the held-out check costs about one more fit (agents.warm_start.check)

@@ -103,7 +103,7 @@ class _PolicyEvaluationBase(InferenceWrapperBase):
     # ------------------------------------------------------------------ per round
     def _predictions(self, xb) -> np.ndarray:
         if isinstance(self.estimator, LowRankSGD):  # shares the agent's X V of this round
-            return self.estimator.predict_validated(xb, self._fp)
+            return self.estimator.predict_checked(xb, self._fp)
         return self._predict_dense(xb)
 
     def _target_pmf(self, name: str, policy: Any, predictions: np.ndarray) -> np.ndarray:

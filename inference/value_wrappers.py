@@ -88,7 +88,7 @@ class _ValueInferenceBase(InferenceWrapperBase):
 
     def _snapshot(self, xb, actions, props):
         if isinstance(self.estimator, LowRankSGD):  # shares the agent's X V of this round
-            pred = self.estimator.predict_validated(xb, self._fp)
+            pred = self.estimator.predict_checked(xb, self._fp)
         else:
             pred = self._predict_dense(xb)
         self.core.check_predictions(pred, props)  # before the step: 1/(1 - e_t) must exist

@@ -388,16 +388,16 @@ class InferenceWrapperBase(WrapperState):
         """
         if not self.owns_estimator:
             return _nothing, _nothing
-        xb = self._batched(x)
+        own_round = Round(self._batched(x), actions, rewards, props, self._fp)
         warm = self._warm_start
         if warm is not None and warm.active:
             weights = 1.0 / props[np.arange(props.shape[0]), actions]
             if not warm.last_round_next:
-                return (lambda: warm.add(xb, actions, rewards, weights)), _nothing
+                return (lambda: warm.add_round(own_round, weights)), _nothing
             # This round completes the warm start: fit with it now, defined for every arm
             # (even one the logging policy never played), and check it on held-out rounds
             # (a warning when M_init is too far from the truth for the theory).
-            warm.add(xb, actions, rewards, weights)
+            warm.add_round(own_round, weights)
             M_init, check = warm.finish(
                 check=True,
                 who=f"{type(self).__name__}'s own warm start",
@@ -410,7 +410,7 @@ class InferenceWrapperBase(WrapperState):
                 warm.release()
 
             return start, warm.discard_last
-        proposal = self.estimator.propose_step(xb, actions, rewards, props, self._fp)
+        proposal = self.estimator.propose_step(own_round)
         return (lambda: self.estimator.commit_step(proposal)), _nothing
 
     def _prepare(self, snapshot, round_: Round, x, obs):

@@ -30,6 +30,7 @@ from agents.warm_start import (
 )
 from lrbandit_gym import engine
 from lrbandit_gym.input_checks import MAX_MAGNITUDE
+from lrbandit_gym.rounds import Round
 
 numba_only = pytest.mark.skipif(not engine.numba_available(), reason="needs numba (fast extra)")
 
@@ -500,7 +501,7 @@ def test_propose_then_commit_is_the_step_bit_for_bit(name, B):
             props = np.asarray(p, dtype=float).reshape(-1, 3)
             before = snap(two)
             version = two.version
-            proposal = two.propose_step(Xb, acts, np.atleast_1d(y).astype(float), props, fp)
+            proposal = two.propose_step(Round(Xb, acts, np.atleast_1d(y).astype(float), props, fp))
             assert isinstance(proposal, ProposedStep)
             assert snap(two) == before and two.version == version  # proposing changes nothing
             r2 = two.commit_step(proposal)
@@ -514,25 +515,25 @@ def test_commit_refuses_stale_or_foreign_proposals():
     M0 = np.random.default_rng(0).standard_normal((2, 5, 4))
     est.initialize(M0)
     Xb, fp = est.check_context(np.ones((5, 4)))
-    args = (Xb, np.array([0]), np.array([0.3]), np.full((1, 2), 0.5), fp)
-    stale = est.propose_step(*args)
-    est.commit_step(est.propose_step(*args))  # another step happened
+    round_ = Round(Xb, np.array([0]), np.array([0.3]), np.full((1, 2), 0.5), fp)
+    stale = est.propose_step(round_)
+    est.commit_step(est.propose_step(round_))  # another step happened
     before = snap(est)
     with pytest.raises(ValueError, match="version"):
         est.commit_step(stale)
     assert snap(est) == before
-    fresh = est.propose_step(*args)
+    fresh = est.propose_step(round_)
     est.load_state_dict(est.state_dict())  # a reload changes the version too
     with pytest.raises(ValueError, match="version"):
         est.commit_step(fresh)
-    fresh = est.propose_step(*args)
+    fresh = est.propose_step(round_)
     est.initialize(M0)
     with pytest.raises(ValueError, match="version"):
         est.commit_step(fresh)
     other = LowRankSGD(5, 4, 2)
     other.initialize(M0)
     with pytest.raises(ValueError, match="this estimator"):
-        other.commit_step(est.propose_step(*args))
+        other.commit_step(est.propose_step(round_))
     with pytest.raises(ValueError, match="ProposedStep"):
         est.commit_step("step")
 
@@ -543,5 +544,5 @@ def test_propose_runs_the_divergence_checks():
     before = snap(est)
     Xb, fp = est.check_context(np.full((5, 4), 1e10))
     with np.errstate(all="ignore"), pytest.raises(FloatingPointError, match="step_scale"):
-        est.propose_step(Xb, np.array([0]), np.array([1e300]), np.full((1, 2), 0.5), fp)
+        est.propose_step(Round(Xb, np.array([0]), np.array([1e300]), np.full((1, 2), 0.5), fp))
     assert snap(est) == before

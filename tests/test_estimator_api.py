@@ -1,5 +1,5 @@
 """Tests of agents.estimator.LowRankSGD's interface: the per-round API (check_context,
-predict_validated, pulled, step_validated, arm versions), the refusal of bad input and of a
+predict_checked, pulled, step on a Round, arm versions), the refusal of bad input and of a
 diverging step (nothing changes), and the saved state (bit-identical resume, validation)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from agents.estimator import LowRankSGD, PulledArms
+from lrbandit_gym.rounds import Round
 
 
 def _states_equal(a: dict, b: dict) -> bool:
@@ -27,7 +28,7 @@ def _states_equal(a: dict, b: dict) -> bool:
 # --------------------------------------------------------------------------- per-round API
 @pytest.mark.parametrize("n_trials", [None, 3])
 def test_per_round_api_reproduces_predict_and_update(n_trials):
-    """check_context -> predict_validated -> pulled -> step_validated gives the numbers of
+    """check_context -> predict_checked -> pulled -> step(Round) gives the numbers of
     predict and update bit for bit, and pulled() shows the factors before the step."""
     est, twin = _fresh(n_trials=n_trials), _fresh(n_trials=n_trials)
     B, K, r = 1 if n_trials is None else n_trials, 3, 2
@@ -38,7 +39,7 @@ def test_per_round_api_reproduces_predict_and_update(n_trials):
         Xb, fp = est.check_context(X)
         assert Xb.shape == (B, 5, 4) and fp.shape == (B,)
         np.testing.assert_array_equal(fp, est.fingerprint(Xb.copy()))
-        preds = est.predict_validated(Xb, fp)
+        preds = est.predict_checked(Xb, fp)
         assert preds.shape == (B, K)
         np.testing.assert_array_equal(preds, np.reshape(twin.predict(X), (B, K)))
         ab, yb = np.reshape(a, B), np.reshape(y, B).astype(float)
@@ -53,7 +54,7 @@ def test_per_round_api_reproduces_predict_and_update(n_trials):
         np.testing.assert_allclose(pulled.XV, Xb @ pulled.V, rtol=1e-12)
         np.testing.assert_allclose(pulled.XtU, Xb.transpose(0, 2, 1) @ pulled.U, rtol=1e-12)
         sv_before = pulled.sv.copy()
-        res = est.step_validated(Xb, ab, yb, pb, fp)
+        res = est.step(Round(Xb, ab, yb, pb, fp))
         np.testing.assert_array_equal(res, np.reshape(twin.update(X, a, y, p), B))
         np.testing.assert_array_equal(pulled.sv, sv_before)  # a copy, not a view
     assert _states_equal(est.state_dict(), twin.state_dict())

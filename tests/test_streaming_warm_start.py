@@ -13,6 +13,7 @@ from agents.warm_start.streaming import (
     choose_warm_start_fit,
     streaming_warm_start_bytes,
 )
+from lrbandit_gym.rounds import Round
 
 
 def _truth(rng, d1, d2, r, K):
@@ -32,7 +33,7 @@ def _stream(ws, truth, n, rng, sigma=0.1):
         X = rng.standard_normal((B, d1, d2))
         a = rng.integers(0, K, B)
         y = np.einsum("bij,bij->b", truth[a], X) + sigma * rng.standard_normal(B)
-        ws.add_validated(X, a, y)
+        ws.add_round(Round(X, a, y, None))
 
 
 def _trunc_error(M, truth, r):
@@ -82,7 +83,7 @@ def test_batched_equals_trials_one_by_one():
     y = np.einsum("nbij,nbij->nb", truth[a], X) + 0.1 * rng.standard_normal((n, B))
     batched = StreamingWarmStart(7, 5, 2, n, 2, n_trials=B)
     for t in range(n):
-        batched.add_validated(X[t], a[t], y[t])
+        batched.add_round(Round(X[t], a[t], y[t], None))
     for b in range(B):
         one = StreamingWarmStart(7, 5, 2, n, 2)
         for t in range(n):

@@ -23,6 +23,7 @@ from lrbandit_gym.input_checks import (
     check_weights,
 )
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
+from lrbandit_gym.rounds import Round
 
 __all__ = ["ROUND_BYTES", "CompletionWarmStartBuffer", "completion_buffer_bytes"]
 
@@ -133,13 +134,14 @@ class CompletionWarmStartBuffer(RoundStore):
         a = check_actions(action, self.n_actions, B)
         r = check_rewards(reward, B)
         wv = check_weights(weight, B)
-        self.add_validated(ctx, a, r, wv)
+        self.add_round(Round(ctx, a, r, None), wv)
 
-    def add_validated(self, X: Any, actions, rewards, weights) -> None:
-        """Store one round the caller has validated: ``X`` a
-        :class:`~lrbandit_gym.onehot.OneHotContexts` of ``B`` contexts or a dense stack
-        (B, d1, d2) (``B = 1`` unbatched), ``actions``, ``rewards`` and ``weights`` of shape
-        (B,) or scalars.
+    def add_round(self, round_: Round, weights: Any = 1.0) -> None:
+        """Store one checked round (:meth:`add` is this behind the check of the raw
+        inputs): its contexts a :class:`~lrbandit_gym.onehot.OneHotContexts` of ``B``
+        contexts or a dense stack (B, d1, d2) (``B = 1`` unbatched), actions and rewards of
+        shape (B,), with ``weights`` of shape (B,) or a scalar (its propensities are not
+        read).
 
         Raises
         ------
@@ -149,11 +151,11 @@ class CompletionWarmStartBuffer(RoundStore):
         """
         if self.full:
             raise self._full_error(ValueError)
-        ctx = self._one_hot(X)
+        ctx = self._one_hot(round_.contexts)
         i = self._n
         self._flat[i] = ctx.flat
-        self._actions[i] = actions
-        self._rewards[i] = rewards
+        self._actions[i] = round_.actions
+        self._rewards[i] = round_.rewards
         self._weights[i] = weights
         self._n += 1
 

@@ -23,6 +23,7 @@ from lrbandit_gym.input_checks import (
     check_rewards,
     check_weights,
 )
+from lrbandit_gym.rounds import Round
 
 __all__ = ["WarmStartBuffer", "warm_start_buffer_bytes"]
 
@@ -129,12 +130,13 @@ class WarmStartBuffer(RoundStore):
         a = check_actions(action, self.n_actions, B)
         r = check_rewards(reward, B)
         wv = check_weights(weight, B)
-        self.add_validated(Xv if B is not None else Xv[None], a, r, wv)
+        self.add_round(Round(Xv if B is not None else Xv[None], a, r, None), wv)
 
-    def add_validated(self, X: np.ndarray, actions, rewards, weights) -> None:
-        """Store one round the caller has validated: ``X`` of shape (B, d1, d2) (``B = 1``
-        unbatched), ``actions``, ``rewards`` and ``weights`` of shape (B,) or scalars.  The
-        buffer must not be :attr:`full`.
+    def add_round(self, round_: Round, weights: Any = 1.0) -> None:
+        """Store one checked round (:meth:`add` is this behind the check of the raw
+        inputs): its contexts of shape (B, d1, d2) (``B = 1`` unbatched), actions and
+        rewards of shape (B,), with ``weights`` of shape (B,) or a scalar (its
+        propensities are not read).  The buffer must not be :attr:`full`.
 
         Raises
         ------
@@ -145,6 +147,7 @@ class WarmStartBuffer(RoundStore):
         """
         if self.full:
             raise self._full_error(ValueError)
+        X = round_.contexts
         dt = self._X.dtype
         if dt != np.float64:
             top = float(np.abs(X).max()) if X.size else 0.0
@@ -160,8 +163,8 @@ class WarmStartBuffer(RoundStore):
             check_magnitude(X, "context X", batched=self.n_trials is not None)
         i = self._n
         self._X[:, :, i] = X
-        self._actions[:, i] = actions
-        self._rewards[:, i] = rewards
+        self._actions[:, i] = round_.actions
+        self._rewards[:, i] = round_.rewards
         self._weights[:, i] = weights
         self._n += 1
 

@@ -55,6 +55,7 @@ from agents.warm_start.streaming import (
     streaming_warm_start_bytes,
 )
 from lrbandit_gym.input_checks import check_positive_int
+from lrbandit_gym.rounds import Round
 
 __all__ = ["DEFAULT_MAX_MEMORY_BYTES", "WarmStart", "WarmStartStore"]
 
@@ -262,10 +263,11 @@ class WarmStart:
         """Whether the next round added completes the phase."""
         return self.store.n + 1 >= self.store.length
 
-    def add(self, X: Any, actions: Any, rewards: Any, weights: Any = 1.0) -> None:
-        """Store one validated round: ``X`` of shape (B, d1, d2) (``B = 1`` unbatched) or
-        :class:`~lrbandit_gym.onehot.OneHotContexts`, the rest of shape (B,) or scalars."""
-        self.store.add_validated(X, actions, rewards, weights)
+    def add_round(self, round_: Round, weights: Any = 1.0) -> None:
+        """Store one checked round (contexts of shape (B, d1, d2), ``B = 1`` unbatched, or
+        :class:`~lrbandit_gym.onehot.OneHotContexts`) with its ``weights``, of shape (B,)
+        or a scalar: the store's ``add_round``."""
+        self.store.add_round(round_, weights)
 
     @property
     def full(self) -> bool:

@@ -54,6 +54,7 @@ from lrbandit_gym.input_checks import (
     check_positive_int,
     check_rewards,
 )
+from lrbandit_gym.rounds import Round
 
 __all__ = [
     "SPECTRAL_FRACTION",
@@ -151,7 +152,7 @@ class StreamingWarmStart(RoundCounter):
     """One-pass warm start for Gaussian contexts with memory independent of its length.
 
     The interface of :class:`~agents.warm_start.dense.WarmStartBuffer` that the policies
-    use (``add``, ``add_validated``, ``full``, ``n``, ``pulls``, ``initial_estimate``,
+    use (``add``, ``add_round``, ``full``, ``n``, ``pulls``, ``initial_estimate``,
     ``discard_last``, ``release``, ``state_dict``), with the algorithm of the module
     docstring in place of storing the rounds.
 
@@ -248,11 +249,12 @@ class StreamingWarmStart(RoundCounter):
         Xv = check_context(X, self.d1, self.d2, B)
         a = check_actions(action, self.n_actions, B)
         y = check_rewards(reward, B)
-        self.add_validated(Xv if B is not None else Xv[None], a, y, weight)
+        self.add_round(Round(Xv if B is not None else Xv[None], a, y, None), weight)
 
-    def add_validated(self, X: np.ndarray, actions, rewards, weights=1.0) -> None:
-        """Absorb one round the caller has validated: ``X`` of shape (B, d1, d2) (``B = 1``
-        unbatched), ``actions`` and ``rewards`` of shape (B,).
+    def add_round(self, round_: Round, weights: Any = 1.0) -> None:
+        """Absorb one checked round (:meth:`add` is this behind the check of the raw
+        inputs): its contexts of shape (B, d1, d2) (``B = 1`` unbatched), actions and
+        rewards of shape (B,); ``weights`` must be 1 (its propensities are not read).
 
         Raises
         ------
@@ -274,9 +276,9 @@ class StreamingWarmStart(RoundCounter):
                 "fit (agents.warm_start.WarmStartBuffer)"
             )
         trials = np.arange(self._B)
-        a = np.asarray(actions, dtype=np.int64).reshape(self._B)
-        y = np.asarray(rewards, dtype=np.float64).reshape(self._B)
-        X = np.asarray(X).reshape(self._B, self.d1, self.d2)
+        a = np.asarray(round_.actions, dtype=np.int64).reshape(self._B)
+        y = np.asarray(round_.rewards, dtype=np.float64).reshape(self._B)
+        X = np.asarray(round_.contexts).reshape(self._B, self.d1, self.d2)
         # The moments sum y X and the refinement squares X: a 1e200 entry would make them
         # infinite for good.
         check_magnitude(X, "X", batched=self.n_trials is not None)

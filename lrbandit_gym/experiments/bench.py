@@ -207,7 +207,7 @@ def bench_study_round(d: int = 50, num_envs: int = 125, seed: int = 0) -> dict:
     ``api``: the study's round through the public API (ε-greedy ``act``, the vector env
     wrapped by :class:`inference.VectorParameterInference`, ``update``); ``internals``: the
     same arithmetic through the internal entry points that round ends up in (the env's
-    expected rewards, ``LowRankSGD.predict_validated``/``step_validated`` and the
+    expected rewards, ``LowRankSGD.predict_checked``/``step`` and the
     :class:`~inference.shared_estimator.SharedEstimate` the wrappers use), with one finiteness
     check of the context and no wrappers.  Both are reported as seconds beyond the draw, so
     their difference is what validation and the layers cost, and ``internals`` is the floor
@@ -247,7 +247,7 @@ def bench_study_round(d: int = 50, num_envs: int = 125, seed: int = 0) -> dict:
             fp = est.fingerprint(X)
             if not np.isfinite(fp).all():
                 raise FloatingPointError("non-finite context")
-            preds = est.predict_validated(X, fp)
+            preds = est.predict_checked(X, fp)
             eps = agent.epsilon_at(est.t + 1)
             best = preds.argmax(axis=1)
             probs = np.full(preds.shape, eps / est.n_actions)
@@ -255,8 +255,9 @@ def bench_study_round(d: int = 50, num_envs: int = 125, seed: int = 0) -> dict:
             a = np.where(rng.random(num_envs) < eps, rng.integers(0, est.n_actions, num_envs), best)
             y = mean[trials, a] + problem.noise_std[a] * rng.standard_normal(num_envs)
             snapshot = feed.snapshot(X, a, fp)
-            feed.absorb(snapshot, Round(X, a, y, probs, fp))
-            est.step_validated(X, a, y, probs, fp)
+            round_ = Round(X, a, y, probs, fp)
+            feed.absorb(snapshot, round_)
+            est.step(round_)
 
         for _ in range(20):  # past the first rounds (exact comparisons, cold caches)
             api_round()

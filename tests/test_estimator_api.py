@@ -60,6 +60,27 @@ def test_per_round_api_reproduces_predict_and_update(n_trials):
     assert _states_equal(est.state_dict(), twin.state_dict())
 
 
+@pytest.mark.parametrize("n_trials", [None, 3])
+def test_update_is_check_round_then_step(n_trials):
+    """update() checks the raw round into a Round (batched layout, with the fingerprint) and
+    steps on it: step(check_round(...)) gives its numbers bit for bit."""
+    est, twin = _fresh(n_trials=n_trials), _fresh(n_trials=n_trials)
+    B = 1 if n_trials is None else n_trials
+    X, a, y, p = _good_args(n_trials)
+    before = est.state_dict()
+    round_ = est.check_round(X, a, y, p)
+    assert _states_equal(est.state_dict(), before)  # checking changes nothing
+    assert isinstance(round_, Round)
+    assert round_.contexts.shape == (B, 5, 4) and round_.actions.shape == (B,)
+    assert round_.propensities.shape == (B, 3) and round_.fingerprint.shape == (B,)
+    np.testing.assert_array_equal(est.step(round_), np.reshape(twin.update(X, a, y, p), B))
+    assert _states_equal(est.state_dict(), twin.state_dict())
+    with pytest.raises(ValueError, match="propensities must be given"):
+        est.check_round(X, a, y, None)
+    unknown = _fresh(n_trials=n_trials, propensities="unknown")
+    assert unknown.check_round(X, a, y, None).propensities is None
+
+
 def test_arm_versions_and_factor_views_are_read_only_and_follow_the_steps():
     est = _fresh(n_trials=2)
     versions = est.arm_versions

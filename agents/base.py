@@ -16,8 +16,8 @@ import numpy as np
 
 from agents.state import generator_state, generator_state_from, read_int
 from lrbandit_gym.decision import Decision, split_decision
-from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like
 from lrbandit_gym.input_checks import check_actions, check_context, check_rewards
+from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like
 
 __all__ = ["Decision", "Policy", "PolicyBase", "ProblemShape", "problem_shape", "sample_actions"]
 

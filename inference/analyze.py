@@ -29,8 +29,8 @@ from inference.sequences import DEFAULT_TUNING_N
 from inference.value_wrappers import ValueInference
 from inference.wrappers import ParameterInference
 from lrbandit_gym.decision import Decision
-from lrbandit_gym.logs import LogFormatError, LogReplayEnv, load_log, validate_log
 from lrbandit_gym.input_checks import MIN_PROPENSITY, check_confidence_level
+from lrbandit_gym.logs import LogFormatError, LogReplayEnv, load_log, validate_log
 
 __all__ = ["AnalysisResult", "analyze", "spread_pmf"]
 

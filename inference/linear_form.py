@@ -42,7 +42,6 @@ from inference.linear_form_round import (
 )
 from inference.linear_form_state import LinearFormPersistence
 from inference.tangent_space import TargetTriplets
-from lrbandit_gym.rounds import Round
 from lrbandit_gym.input_checks import (
     check_actions,
     check_batch_vector,
@@ -53,6 +52,7 @@ from lrbandit_gym.input_checks import (
     check_propensities,
     check_targets,
 )
+from lrbandit_gym.rounds import Round
 
 __all__ = ["LinearFormCore", "LinearFormInference"]
 

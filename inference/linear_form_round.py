@@ -26,8 +26,8 @@ import numpy as np
 from agents.estimator_products import one_hot_products
 from inference.tangent_space import pulled_arm_terms
 from lrbandit_gym import engine
-from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_matrix_stack
+from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 
 __all__ = [
     "Changes",

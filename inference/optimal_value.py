@@ -31,7 +31,6 @@ from inference.results import (
     warn_insufficient,
 )
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
-from lrbandit_gym.rounds import Round
 from lrbandit_gym.input_checks import (
     MIN_PROPENSITY,
     check_actions,
@@ -44,6 +43,7 @@ from lrbandit_gym.input_checks import (
     check_positive_int,
     check_propensities,
 )
+from lrbandit_gym.rounds import Round
 
 __all__ = ["OptimalValueInference"]
 

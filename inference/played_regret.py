@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from agents.state import check_count, generator_state, generator_state_from
+from lrbandit_gym.input_checks import check_positive_int
 from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.rounds import Round
-from lrbandit_gym.input_checks import check_positive_int
 
 __all__ = [
     "DEFAULT_RESERVOIR",

@@ -30,8 +30,8 @@ from inference.policy_value import PolicyValueInference, check_target_pmfs
 from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
 from inference.wrapper_base import InferenceWrapperBase
-from lrbandit_gym.rounds import Round
 from lrbandit_gym.input_checks import MIN_PROPENSITY
+from lrbandit_gym.rounds import Round
 
 __all__ = ["GREEDY", "PolicyEvaluation", "VectorPolicyEvaluation"]
 

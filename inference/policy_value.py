@@ -36,7 +36,6 @@ import numpy as np
 from agents.state import check_config, check_count, copy_arrays
 from inference.results import IntervalEstimate, trials_phrase, warn_insufficient
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
-from lrbandit_gym.rounds import Round
 from lrbandit_gym.input_checks import (
     PROPENSITY_TOL,
     check_actions,
@@ -48,6 +47,7 @@ from lrbandit_gym.input_checks import (
     check_positive_int,
     check_propensities,
 )
+from lrbandit_gym.rounds import Round
 
 __all__ = ["PolicyValueInference", "check_target_pmfs"]
 

@@ -39,9 +39,9 @@ from inference.sequences import DEFAULT_TUNING_N
 from inference.stack_step import CheckedInput, StackStep
 from inference.wrapper_state import WrapperState
 from lrbandit_gym.decision import split_decision
+from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_magnitude, check_propensities
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 from lrbandit_gym.rounds import Round
-from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_magnitude, check_propensities
 
 __all__ = ["InferenceWrapperBase"]
 

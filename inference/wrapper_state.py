@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from agents.state import check_part, read_int, sub_state
-from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like
 from lrbandit_gym.input_checks import check_magnitude
+from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like
 
 __all__ = ["WrapperState"]
 

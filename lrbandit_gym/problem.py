@@ -11,9 +11,9 @@ from functools import cached_property
 import numpy as np
 from gymnasium import spaces
 
+from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_positive_int
 from lrbandit_gym.sampling import CONTEXTS, NOISES
 from lrbandit_gym.truth import draw_low_rank_truth, optimal_value, validate_params
-from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_positive_int
 
 __all__ = [
     "OBSERVATIONS",

@@ -14,13 +14,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.input_checks import (
     check_actions,
     check_context,
     check_propensities,
     check_rewards,
 )
+from lrbandit_gym.onehot import OneHotContexts
 
 
 class Round(NamedTuple):

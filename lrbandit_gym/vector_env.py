@@ -10,6 +10,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from lrbandit_gym.decision import split_decision
+from lrbandit_gym.input_checks import check_positive_int
 from lrbandit_gym.problem import (
     BanditProblem,
     GroundTruthMixin,
@@ -17,7 +18,6 @@ from lrbandit_gym.problem import (
     observation_space,
 )
 from lrbandit_gym.sampling import draw_contexts, draw_noise
-from lrbandit_gym.input_checks import check_positive_int
 
 __all__ = ["MatrixContextBanditVectorEnv"]
 

@@ -249,8 +249,8 @@ def test_test_greater_refuses_a_threshold_that_is_not_a_real_number(v0):
 
 
 def _fake_result(status):
-    from lrbandit_gym.experiments.validate_setting import ValidationSetting
     from lrbandit_gym.experiments.validate_report import ValidationResult
+    from lrbandit_gym.experiments.validate_setting import ValidationSetting
 
     cell = _all_covering_cell(20)
     return ValidationResult(

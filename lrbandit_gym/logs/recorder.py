@@ -25,8 +25,8 @@ from gymnasium.utils import RecordConstructorArgs
 from gymnasium.vector import VectorEnv, VectorWrapper
 
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.logs.format import FORMAT_VERSION, ORACLE_PREFIX, save_log
 from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_actions, check_propensities
+from lrbandit_gym.logs.format import FORMAT_VERSION, ORACLE_PREFIX, save_log
 
 __all__ = ["ORACLE_KEYS", "RecordRounds", "VectorRecordRounds"]
 

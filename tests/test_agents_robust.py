@@ -9,9 +9,9 @@ from __future__ import annotations
 import pickle
 import warnings
 
-import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import play, rank_r, small_env
 
 import lrbandit_gym  # noqa: F401  (registers the environment)
 from agents import (
@@ -47,29 +47,6 @@ def assert_same_state(a: dict, b: dict) -> None:
         x, y = np.asarray(a[key]), np.asarray(b[key])
         assert x.dtype == y.dtype and x.shape == y.shape, key
         assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), key
-
-
-def small_env(**kwargs):
-    kw = dict(d1=6, d2=5, rank=2)
-    kw.update(kwargs)
-    return gym.make("MatrixContextBandit-v0", max_episode_steps=None, **kw)
-
-
-def play(env, agent, obs, n):
-    for _ in range(n):
-        d = agent.act(obs)
-        nxt, r, *_ = env.step(d)
-        agent.update(obs, d, r)
-        obs = nxt
-    return obs
-
-
-def rank_r(rng, d1, d2, r, scale=1.0):
-    return (
-        scale
-        * np.linalg.qr(rng.standard_normal((d1, r)))[0]
-        @ np.linalg.qr(rng.standard_normal((d2, r)))[0].T
-    )
 
 
 # =========================================================================== 1. act/update

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import states_equal
 
 from agents.estimator import LowRankSGD
 from lrbandit_gym.experiments.bench_estimator import bench_estimator, naive_sgd_step
@@ -27,18 +28,6 @@ def _context(rng, d1, d2, context):
 def _pmf(rng, K):
     p = rng.uniform(0.2, 1.0, K)
     return p / p.sum()
-
-
-def _states_equal(a: dict, b: dict) -> bool:
-    if a.keys() != b.keys():
-        return False
-    for key in a:
-        if isinstance(a[key], np.ndarray):
-            if not (a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key])):
-                return False
-        elif a[key] != b[key]:
-            return False
-    return True
 
 
 # --------------------------------------------------------------------------- eq. (8)
@@ -124,7 +113,7 @@ def test_unknown_propensities_ignore_weight_and_use_arm_count():
         X = rng.standard_normal((d, d))
         a_est.update(X, 0, 1.0, np.array([0.9, 0.1]))
         b_est.update(X, 0, 1.0)  # propensities may be omitted
-    assert _states_equal(a_est.state_dict(), b_est.state_dict())
+    assert states_equal(a_est.state_dict(), b_est.state_dict())
     # Arm 1 was never pulled: its first update uses s_1 = 1, i.e. the largest step.
     X = rng.standard_normal((d, d))
     before = a_est.estimates[1]

@@ -8,21 +8,10 @@ import pickle
 
 import numpy as np
 import pytest
+from helpers import states_equal
 
 from agents.estimator import LowRankSGD, PulledArms
 from lrbandit_gym.rounds import Round
-
-
-def _states_equal(a: dict, b: dict) -> bool:
-    if a.keys() != b.keys():
-        return False
-    for key in a:
-        if isinstance(a[key], np.ndarray):
-            if not (a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key])):
-                return False
-        elif a[key] != b[key]:
-            return False
-    return True
 
 
 # --------------------------------------------------------------------------- per-round API
@@ -57,7 +46,7 @@ def test_per_round_api_reproduces_predict_and_update(n_trials):
         res = est.step(Round(Xb, ab, yb, pb, fp))
         np.testing.assert_array_equal(res, np.reshape(twin.update(X, a, y, p), B))
         np.testing.assert_array_equal(pulled.sv, sv_before)  # a copy, not a view
-    assert _states_equal(est.state_dict(), twin.state_dict())
+    assert states_equal(est.state_dict(), twin.state_dict())
 
 
 @pytest.mark.parametrize("n_trials", [None, 3])
@@ -69,12 +58,12 @@ def test_update_is_check_round_then_step(n_trials):
     X, a, y, p = _good_args(n_trials)
     before = est.state_dict()
     round_ = est.check_round(X, a, y, p)
-    assert _states_equal(est.state_dict(), before)  # checking changes nothing
+    assert states_equal(est.state_dict(), before)  # checking changes nothing
     assert isinstance(round_, Round)
     assert round_.contexts.shape == (B, 5, 4) and round_.actions.shape == (B,)
     assert round_.propensities.shape == (B, 3) and round_.fingerprint.shape == (B,)
     np.testing.assert_array_equal(est.step(round_), np.reshape(twin.update(X, a, y, p), B))
-    assert _states_equal(est.state_dict(), twin.state_dict())
+    assert states_equal(est.state_dict(), twin.state_dict())
     with pytest.raises(ValueError, match="propensities must be given"):
         est.check_round(X, a, y, None)
     unknown = _fresh(n_trials=n_trials, propensities="unknown")
@@ -168,7 +157,7 @@ def test_bad_update_input_raises_and_changes_nothing(pos, value, text):
     with pytest.raises(ValueError, match=name) as info:
         est.update(*args)
     assert text in str(info.value)
-    assert _states_equal(est.state_dict(), before)
+    assert states_equal(est.state_dict(), before)
 
 
 BAD_BATCHED = [
@@ -191,7 +180,7 @@ def test_bad_batched_input_names_first_trial(pos, value, text):
     with pytest.raises(ValueError) as info:
         est.update(*args)
     assert text in str(info.value)
-    assert _states_equal(est.state_dict(), before)
+    assert states_equal(est.state_dict(), before)
 
 
 def test_context_check_by_fingerprint_finds_every_non_finite_entry():
@@ -216,7 +205,7 @@ def test_context_check_by_fingerprint_finds_every_non_finite_entry():
     huge = np.full_like(X, 1e308)  # finite; the fingerprint overflows to inf
     with np.errstate(over="ignore"):  # the predictions themselves overflow
         assert est.predict(huge).shape == (2, 3)
-    assert _states_equal(est.state_dict(), before)
+    assert states_equal(est.state_dict(), before)
 
 
 def test_unknown_mode_accepts_zero_propensity_at_chosen_arm():
@@ -266,7 +255,7 @@ def test_bad_initialize(M, text):
     with pytest.raises(ValueError, match="M_init") as info:
         est.initialize(M)
     assert text in str(info.value)
-    assert _states_equal(est.state_dict(), before)
+    assert states_equal(est.state_dict(), before)
 
 
 def _fresh_two_arm():
@@ -281,7 +270,7 @@ def test_divergence_raises_without_corrupting_state():
     before = est.state_dict()
     with pytest.raises(FloatingPointError, match="step_scale"), np.errstate(all="ignore"):
         est.update(np.full((5, 4), 1e10), 0, 1e150, np.array([0.5, 0.5]))
-    assert _states_equal(est.state_dict(), before)
+    assert states_equal(est.state_dict(), before)
 
 
 def test_huge_finite_factors_are_balanced_by_the_eigen_route():
@@ -327,8 +316,8 @@ def test_state_dict_pickle_and_bit_identical_resume(n_trials):
         est.update(X, a, y)
         clone.update(X, a, y)
         pickled.update(X, a, y)
-    assert _states_equal(est.state_dict(), clone.state_dict())
-    assert _states_equal(est.state_dict(), pickled.state_dict())
+    assert states_equal(est.state_dict(), clone.state_dict())
+    assert states_equal(est.state_dict(), pickled.state_dict())
     assert clone.t == est.t == 40
 
 
@@ -348,4 +337,4 @@ def test_load_state_dict_validates():
         est.load_state_dict({k: v for k, v in good.items() if k != "t"})
     with pytest.raises(ValueError, match="'t'"):
         est.load_state_dict(dict(good, t=-1))
-    assert _states_equal(est.state_dict(), before)
+    assert states_equal(est.state_dict(), before)

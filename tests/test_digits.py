@@ -179,6 +179,8 @@ def test_digits_study_small(tmp_path, capsys):
 
     data = study.digits_study(3, n=150, seed=1, jobs=1)
     assert {len(v) for v in data.values()} == {3}
+    two = study.digits_study(3, n=150, seed=1, jobs=2)  # the engine's map: same numbers
+    assert all(np.array_equal(data[k], two[k], equal_nan=True) for k in data)
     assert ((data["exact"] > 0.3) & (data["exact"] <= 1)).all()
     z = (data["estimate"] - data["exact"]) / data["se"]
     assert (np.abs(z) < 4).all()  # fixed seeds: each interval near its estimand

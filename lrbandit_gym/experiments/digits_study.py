@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from lrbandit_gym.experiments.montecarlo import BACKENDS, chunk_map
+
 __all__ = ["FIGURE", "digits_study", "run_trial", "summarize"]
 
 #: Where ``main`` draws the figure by default.
@@ -130,15 +132,15 @@ def digits_study(
     truth_every: int = 5,
     seed: int = 0,
     jobs: int = 1,
+    backend: str = "local",
 ) -> dict[str, np.ndarray]:
     """Run ``trials`` trials (seeds spawned from ``seed``; the result does not depend on
-    ``jobs``); returns one array per field of :func:`run_trial`, one entry per trial."""
-    from lrbandit_gym.experiments.parallel import local_map
-
+    ``jobs`` or ``backend``, ``"local"`` processes or ``"ray"``, through the Monte Carlo
+    engine's map); returns one array per field of :func:`run_trial`, one entry per trial."""
     seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(trials)]
     chunk = max(1, min(25, -(-trials // max(1, 4 * jobs))))
     items = [(seeds[i : i + chunk], n, rank, truth_every) for i in range(0, trials, chunk)]
-    parts = local_map(_trials, items, jobs)
+    parts = chunk_map(jobs, backend)(_trials, items)
     rows = [r for part in parts for r in part]
     return {k: np.array([r[k] for r in rows], dtype=float) for k in rows[0] if k != "trace"}
 
@@ -212,6 +214,7 @@ def main(argv=None) -> None:
     parser.add_argument("--truth-every", type=int, default=5, help="score the rule every k rounds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--backend", choices=BACKENDS, default="local")
     parser.add_argument("--figure", default=str(FIGURE), help='path, or "none"')
     args = parser.parse_args(argv)
     for name in ("trials", "n", "rank", "truth_every", "jobs"):
@@ -226,6 +229,7 @@ def main(argv=None) -> None:
         truth_every=args.truth_every,
         seed=args.seed,
         jobs=args.jobs,
+        backend=args.backend,
     )
     print(
         f"digits, ε-greedy rank {args.rank} (defaults otherwise), target 'greedy', "

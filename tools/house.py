@@ -69,12 +69,13 @@ def circles() -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan)."""
     paths = {module_name(p): p for p in modules()}
     known = set(paths)
-    # a package's __init__ re-exporting its children is not a circle of the design
+    # A package's __init__ only re-exports its modules' names: an import of the package is
+    # not an edge of the design, so edges into an __init__ are left out (so no __init__ can
+    # close a circle through the children it imports).
     edges = {
-        m: {t for t in _imports(p, known) if not t.startswith(m + ".") or p.name != "__init__.py"}
+        m: {t for t in _imports(p, known) if paths[t].name != "__init__.py"}
         for m, p in paths.items()
     }
-    edges = {m: {t for t in ts if not (paths[t].name == "__init__.py")} for m, ts in edges.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

@@ -266,3 +266,72 @@ def test_diagnostics_give_the_v_star_coverage_of_the_trials_without_a_warning():
         covered = (a["low"][c, i][quiet] <= truth) & (truth <= a["high"][c, i][quiet])
         assert int(count) == quiet.sum()
         assert float(share) == pytest.approx(covered.mean(), abs=5e-4)
+
+
+def test_diagnostics_count_small_propensity_warnings_and_the_quiet_trials_coverage():
+    """Each trial's smallest chosen propensity is recorded (ε-greedy: ε/K or 1 − ε + ε/K
+    exactly), and the small-propensity line counts the trials below SMALL_PROPENSITY (where
+    the wrappers raise SmallPropensityWarning) and gives the parameter coverage of the
+    others, from the per-trial intervals."""
+    import dataclasses
+    import re
+
+    from inference.wrapper_base import SMALL_PROPENSITY
+
+    result = validate(
+        TINY, policy_kwargs={"epsilon": 0.1}, targets="entry", n=(60,), trials=16,
+        batch_size=8, progress=False,
+    )  # fmt: skip
+    a = dict(result.arrays)
+    chosen = a["min_chosen_propensity"]
+    assert chosen.shape == (16,) and np.isin(chosen, [0.05, 0.95]).all()
+    assert (chosen >= a["min_propensity"]).all()
+    line = [x for x in result.diagnostics().splitlines() if "SmallPropensityWarning" in x][0]
+    assert "in 0% of trials" in line and "covered" not in line
+    # Half of the trials marked small: the line counts them and covers the other half.
+    small = np.arange(16) % 2 == 0
+    a["min_chosen_propensity"] = np.where(small, SMALL_PROPENSITY / 2, chosen)
+    line = dataclasses.replace(result, arrays=a)._small_propensity_line(a["min_chosen_propensity"])
+    assert "in 50% of trials" in line and "of the 8 trials without it" in line
+    lo, hi = map(float, re.findall(r"covered ([0-9.]+)–([0-9.]+)", line)[0])
+    params = [j for j, q in enumerate(result.quantities) if q.target is not None]
+    truth = np.array([result.quantities[j].truth for j in params])[:, None]
+    held = (a["low"][0, params][:, ~small] <= truth) & (truth <= a["high"][0, params][:, ~small])
+    assert lo == pytest.approx(held.mean(axis=1).min(), abs=5e-4)
+    assert hi == pytest.approx(held.mean(axis=1).max(), abs=5e-4)
+
+
+def test_out_folder_holds_every_trial_and_step_gain_reaches_the_policy(tmp_path, capsys):
+    """``--out`` also writes validate.npz: every trial's intervals and diagnostics, whose
+    coverage is the table's; ``--step-gain`` is the policy's keyword argument."""
+    out = tmp_path / "v"
+    argv = ["validate", "--d1", "8", "--d2", "6", "--rank", "1", "--targets", "entry"]
+    argv += ["--n", "40", "--trials", "6", "--no-progress", "--out", str(out)]
+    main([*argv, "--step-gain", "0.01"])
+    assert "step_gain=0.01" in capsys.readouterr().err
+    with open(out / "validate.csv", newline="") as fh:
+        table = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    with np.load(out / "validate.npz") as f:
+        assert list(f["labels"]) == [row["quantity"] for row in table]
+        truth = f["truth"][:, None]
+        held = (f["low"][0] <= truth) & (truth <= f["high"][0])
+        assert f["estimate"].shape == (1, len(table), 6)
+        assert "lrbandit validate" in str(f["metadata"])
+    np.testing.assert_allclose(held.mean(axis=1), [float(row["coverage"]) for row in table])
+    (out / "validate.csv").unlink()  # the trials' file alone is refused too
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2 and "validate.npz" in capsys.readouterr().err
+
+
+def test_progress_bar_grows_when_the_warm_start_extends(capsys):
+    """The planned rounds use the sizing rule's warm start; where the default warm start
+    extends, the bar's total grows with the rounds instead of running past 100%."""
+    from lrbandit_gym.experiments.validate import _round_bar
+
+    bar = _round_bar(100, trials=4, n_chunks=2, progress=True)
+    bar.update(60)
+    bar.update(70)  # more rounds than planned
+    assert bar.bar.n == bar.bar.total == 130
+    bar.close()
+    assert "130/130" in capsys.readouterr().err

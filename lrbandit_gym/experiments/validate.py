@@ -238,6 +238,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
     error = np.full((len(checkpoints), n_trials, k), np.nan)
     bias = np.full((len(checkpoints), n_trials), np.nan)
     min_prop = np.full(n_trials, np.nan)
+    min_chosen = np.full(n_trials, np.nan)
     env = stack.env
     obs, _ = env.reset(seed=int(env_seed.generate_state(1)[0]))
     n = rounds = pending = 0
@@ -263,7 +264,10 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
             continue
         props = getattr(decision, "propensities", None)
         if props is not None:
-            min_prop = np.fmin(min_prop, np.asarray(props).min(axis=-1))
+            props = np.asarray(props).reshape(n_trials, -1)
+            min_prop = np.fmin(min_prop, props.min(axis=-1))
+            chosen = props[np.arange(n_trials), np.asarray(decision.action).reshape(-1)]
+            min_chosen = np.fmin(min_chosen, chosen)
         for reader in active:
             if reader.due(n):
                 reader.read(n, stack)
@@ -280,6 +284,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
         "estimation_error": error,
         "value_bias": bias,
         "min_propensity": min_prop,
+        "min_chosen_propensity": min_chosen,
         "warm_start_ratio": ratio.reshape(n_trials, k),
         "rounds": rounds,
         "failure": failure,
@@ -290,6 +295,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
 DIAGNOSTIC_AXES = {
     "estimation_error": 1,
     "min_propensity": 0,
+    "min_chosen_propensity": 0,
     "value_bias": 1,
     "warm_start_ratio": 0,
 }
@@ -361,18 +367,37 @@ def _rounds_per_chunk(setting: ValidationSetting) -> int:
     return warm_start_rounds(setting, make_env(setting.env, 1)) + max(setting.n)
 
 
+class _GrowingBar:
+    """A tqdm bar whose total grows when the rounds outrun it: the default warm start
+    extends where the signal is weak (docs/method.md §3), which the planned total (the
+    sizing rule's length) cannot know, and a bar past 100% would say nothing."""
+
+    def __init__(self, bar) -> None:
+        self.bar = bar
+
+    def update(self, k: int) -> None:
+        if self.bar.n + k > self.bar.total:
+            self.bar.total = self.bar.n + k
+        self.bar.update(k)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def _round_bar(total: int, trials: int, n_chunks: int, progress: bool):
-    """A tqdm bar of ``total`` rounds on standard error, or one that shows nothing."""
+    """A tqdm bar of ``total`` rounds on standard error (grown if the rounds outrun it), or
+    one that shows nothing."""
     if not progress:
         return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(
+    bar = tqdm(
         total=total,
         unit="round",
         desc=f"validate ({trials} trials, {n_chunks} chunk(s))",
         file=sys.stderr,
     )
+    return _GrowingBar(bar)
 
 
 def _check_run(setting, trials, seed, jobs, batch_size, confidence_level, backend):

@@ -20,6 +20,7 @@ import numpy as np
 from scipy import stats
 
 from inference.played_regret import WARN_RATIO
+from inference.wrapper_base import SMALL_PROPENSITY
 from lrbandit_gym.experiments.coverage import format_coverage
 
 __all__ = [
@@ -205,7 +206,8 @@ class ValidationResult:
         (NaN for a policy without one); ``value_bias`` ``(checkpoints, trials)``, the ``V*``
         regret correction over its standard error (:meth:`InferenceStack.value_bias`, NaN
         without it); ``min_propensity`` (trials,), the smallest
-        probability any arm had in any round of inference; ``warm_start_ratio``
+        probability any arm had in any round of inference; ``min_chosen_propensity``
+        (trials,), the smallest probability of an arm the policy chose; ``warm_start_ratio``
         (trials, K): the held-out check of the warm start
         (:mod:`agents.warm_start.check`), NaN where it did not run.
     trials, seed, batch_size : int
@@ -303,6 +305,18 @@ class ValidationResult:
             write_csv(path, self.rows, self.stamp(), fieldnames=columns)
         return buf.getvalue()
 
+    def to_npz(self, path) -> str:
+        """Every trial's read-outs and diagnostics (:attr:`arrays`), with the quantities'
+        ``labels`` and ``truth`` (aligned with the arrays' quantity axis), written atomically
+        to ``path`` (``np.savez_compressed``; the run's stamp as JSON under ``metadata``):
+        for analyses of single trials that the table summarises away."""
+        from lrbandit_gym.experiments.outputs import write_npz
+
+        arrays = dict(self.arrays)
+        arrays["labels"] = np.array([q.label for q in self.quantities])
+        arrays["truth"] = np.array([q.truth for q in self.quantities], dtype=float)
+        return write_npz(path, arrays, self.stamp())
+
     def diagnostics(self) -> str:
         """One line per diagnostic: the warm-start check, the estimate's error, the smallest
         propensity."""
@@ -354,7 +368,39 @@ class ValidationResult:
                 f"{np.nanmin(a['min_propensity']):.3g} (median over trials "
                 f"{np.nanmedian(a['min_propensity']):.3g})"
             )
+        chosen = a.get("min_chosen_propensity")
+        if chosen is not None and np.isfinite(chosen).any():
+            lines.append(self._small_propensity_line(chosen))
         return "\n".join(lines)
+
+    def _small_propensity_line(self, chosen: np.ndarray) -> str:
+        """How many trials raised :class:`~inference.SmallPropensityWarning` (a chosen arm's
+        propensity below :data:`~inference.wrapper_base.SMALL_PROPENSITY`) and how the
+        parameter intervals of the others covered: an interval either covers or says it may
+        not."""
+        small = chosen < SMALL_PROPENSITY
+        line = (
+            f"SmallPropensityWarning (a chosen arm's propensity below {SMALL_PROPENSITY:g}) in "
+            f"{small.mean():.0%} of trials"
+        )
+        if not small.any() or small.all():
+            return line
+        a = self.arrays
+        quiet = ~small
+        covered = []
+        for j, q in enumerate(self.quantities):
+            if q.target is None:  # V* and policy values: their own lines
+                continue
+            low, high = a["low"][:, j][:, quiet], a["high"][:, j][:, quiet]
+            read = np.isfinite(low) & np.isfinite(high)
+            hit = (low <= q.truth) & (q.truth <= high)
+            covered += [hit[c][read[c]].mean() for c in range(hit.shape[0]) if read[c].any()]
+        if covered:
+            line += (
+                f"; the parameter intervals of the {int(quiet.sum())} trials without it "
+                f"covered {min(covered):.3f}–{max(covered):.3f}"
+            )
+        return line
 
     def _value_covered_without_warning(self) -> dict[int, str]:
         """Per checkpoint, how often the ``V*`` interval covers in the trials that raised no

@@ -8,7 +8,7 @@ naming it, before any trial runs; so does an output that exists already (without
 ``--overwrite``) or a config ``out`` outside the config file's folder.  The run then exits
 with status 0 only when the verdict is ``VALID`` (1 for ``UNDER-COVERS``, ``OVER-COVERS``,
 ``FAILED`` or ``NO RESULT``).  ``--out`` is a folder: the table goes to ``validate.csv``
-in it.
+in it, every trial's intervals and diagnostics to ``validate.npz``.
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ from lrbandit_gym.experiments.parallel import RunInterrupted
 from lrbandit_gym.experiments.validate_grid import GRID
 from lrbandit_gym.experiments.validate_setting import ESTIMATORS, POLICIES, SettingError
 
-__all__ = ["OUTPUT_FILE", "add_parser", "run"]
+__all__ = ["OUTPUT_FILE", "TRIALS_FILE", "add_parser", "run"]
 
-#: The file ``lrbandit validate`` writes into its ``--out`` folder.
+#: The files ``lrbandit validate`` writes into its ``--out`` folder: the coverage table, and
+#: every trial's intervals and diagnostics (``ValidationResult.to_npz``).
 OUTPUT_FILE = "validate.csv"
+TRIALS_FILE = "validate.npz"
 
 # Command-line option of each setting field (SettingError.field), for error messages.
 _OPTIONS = {
@@ -54,6 +56,7 @@ _OPTIONS = {
     "policy_kwargs.decay": "--decay",
     "policy_kwargs.temperature": "--temperature",
     "policy_kwargs.step_scale": "--step-scale",
+    "policy_kwargs.step_gain": "--step-gain",
     "rank": "--estimator-rank",
     "warm_start": "--warm-start",
     "targets": "--targets",
@@ -121,6 +124,9 @@ def _add_policy_arguments(pol) -> None:
     pol.add_argument("--decay", type=float, help="epsilon-greedy: eps_t = epsilon t^-decay")
     pol.add_argument("--temperature", type=float, help="softmax: temperature tau")
     pol.add_argument("--step-scale", type=float, help="low-rank SGD: c_eta of Algorithm 1")
+    pol.add_argument(
+        "--step-gain", type=float, help="low-rank SGD: gain of the scale-free step (method.md §3)"
+    )
 
 
 def _add_inference_arguments(inf) -> None:
@@ -172,9 +178,9 @@ def _add_run_arguments(run_group) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``lrbandit validate``: check ``--out``, run, print the report (verdict last), write
-    ``validate.csv`` into ``--out``; exit status 0 only for the verdict ``VALID``.  Ctrl-C
-    stops the workers at once; the chunks that finished are reported and written, marked
-    partial, with exit status 130."""
+    ``validate.csv`` and ``validate.npz`` into ``--out``; exit status 0 only for the verdict
+    ``VALID``.  Ctrl-C stops the workers at once; the chunks that finished are reported and
+    written, marked partial, with exit status 130."""
     parser = args.parser
     setting, options, out, source = setting_and_options(args, parser)
     if out is not None:
@@ -197,12 +203,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"validate: {result.seconds:.0f} s", file=sys.stderr)
     if out is not None:
         path = Path(out) / OUTPUT_FILE
+        trials_path = Path(out) / TRIALS_FILE
         try:
             result.to_csv(path)
+            result.to_npz(trials_path)
         except OSError as exc:
-            print(f"validate: cannot write {path}: {exc}", file=sys.stderr)
+            print(f"validate: cannot write {path.parent}: {exc}", file=sys.stderr)
             return EXIT_FAILED
-        print(f"wrote {path}", file=sys.stderr)
+        print(f"wrote {path} and {trials_path}", file=sys.stderr)
     if stopped is not None:
         return partial_result("validate", stopped)
     if result.status != "VALID":
@@ -213,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_out(args: argparse.Namespace, out: str) -> None:
     """Refuse, as a usage error, an ``--out`` that looks like a file name or already holds
-    ``validate.csv`` (without ``--overwrite``), before any trial runs."""
+    ``validate.csv`` or ``validate.npz`` (without ``--overwrite``), before any trial runs."""
     option = "--out" if args.out is not None else f"--config ({args.config}: out)"
     if Path(out).suffix.lower() == ".csv" and not Path(out).is_dir():
         args.parser.error(
@@ -221,7 +229,7 @@ def _check_out(args: argparse.Namespace, out: str) -> None:
             f"it); got {out!r}, which looks like a file name"
         )
     try:
-        check_outputs(out, [OUTPUT_FILE], args.overwrite, argument="--out")
+        check_outputs(out, [OUTPUT_FILE, TRIALS_FILE], args.overwrite, argument="--out")
     except OutputError as exc:
         args.parser.error(f"argument {option}: {exc}")
 

@@ -312,7 +312,7 @@ def _apply_command_line(choices: _Choices, args: argparse.Namespace) -> None:
     if args.policy is not None and args.policy != choices.policy:
         choices.policy, choices.policy_kwargs = args.policy, {}
         choices.source.pop("policy", None)
-    for key in ("epsilon", "decay", "temperature", "step_scale"):
+    for key in ("epsilon", "decay", "temperature", "step_scale", "step_gain"):
         value = getattr(args, key)
         if value is not None:
             choices.policy_kwargs[key] = value

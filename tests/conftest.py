@@ -4,6 +4,16 @@ import numpy as np
 import pytest
 
 
+@pytest.fixture(autouse=True, scope="session")
+def sb3_logs_in_a_temporary_folder(tmp_path_factory):
+    """stable-baselines3 gives every model without a logger a folder of its own under the
+    system's temporary folder (``SB3-<date>``); the tests' models log under pytest's."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3")))
+    yield
+    mp.undo()
+
+
 @pytest.fixture
 def awkward_factor_pairs():
     """``make(N)``: N factor pairs (9 x 3, 7 x 3) with uneven column scales, where pair 0 has

@@ -51,8 +51,10 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
 
 
 def run_python(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """Run ``python *args`` in a fresh interpreter in ``cwd``; figures never need a display."""
-    env = dict(os.environ, MPLBACKEND="Agg")
+    """Run ``python *args`` in a fresh interpreter in ``cwd`` (a test's temporary folder);
+    figures never need a display, and temporary files (an example's log folder,
+    stable-baselines3's default logger folder) go to ``cwd``, not to the machine's ``/tmp``."""
+    env = dict(os.environ, MPLBACKEND="Agg", TMPDIR=str(cwd), SB3_LOGDIR=str(cwd / "sb3"))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, *args],

@@ -373,19 +373,25 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
     """The ``V*`` read-out ``ci`` (the paper's) read against ``R̂_n`` (docs/method.md §10).
 
     ``shift=False`` (the default, ``correction="auto"``): the estimate stays the paper's
-    ``V̂_n`` and the interval is *bias-aware* in every checked trial: from the paper's lower
-    end (``V̂_n`` is unbiased for the mean value of the rules played, which is at most
-    ``V*``) to the corrected upper end (``V̂_n + R̂_n``, its standard error widened by the
-    reservoir's sampling variance; ``R̂_n``, read against a noisy reference, tends to
-    overstate the regret), its p-value the larger of the two.  ``shift=True``
-    (``correction="regret"``): ``R̂_n`` is added to the estimate and its sampling variance to
-    the squared standard error, and the interval is bias-aware only where ``R̂_n`` exceeds
-    :data:`WARN_RATIO` standard errors.  Either way a :class:`ValueBiasWarning` names the
-    trials where ``R̂_n`` exceeds :data:`WARN_RATIO` standard errors: there ``V̂_n`` sits
-    visibly below ``V*`` and the interval is visibly asymmetric.
+    ``V̂_n`` and the interval is *bias-aware* in every checked trial.  ``V*`` lies between
+    the mean value of the rules played, which ``V̂_n`` estimates without bias, and that value
+    plus their regret, which ``V̂_n + R̂_n`` estimates from above (``R̂_n``, read against a
+    noisy reference, tends to overstate the regret; its standard error adds the reservoir's
+    sampling variance).  The fixed-``n`` two-sided interval is Imbens and Manski's for a
+    quantity between two such bounds (:mod:`inference.bounded_interval`): from
+    ``V̂_n − c·se`` to ``V̂_n + R̂_n + c·se'`` with ``c`` between the one- and the two-sided
+    normal quantile, and the matching p-value; a confidence sequence and the one-sided test
+    run from the lower of the two lower ends to the higher of the two upper ends, their
+    p-value the larger of the two.  ``shift=True`` (``correction="regret"``): ``R̂_n`` is
+    added to the estimate and its sampling variance to the squared standard error, and the
+    interval is bias-aware only where ``R̂_n`` exceeds :data:`WARN_RATIO` standard errors.
+    Either way a :class:`ValueBiasWarning` names the trials where ``R̂_n`` exceeds
+    :data:`WARN_RATIO` standard errors: there ``V̂_n`` sits visibly below ``V*`` and the
+    interval is visibly asymmetric.
     """
     import dataclasses
 
+    from inference.bounded_interval import bounded_interval, bounded_p_value
     from inference.results import finish_array
     from inference.sequences import kind_interval
 
@@ -403,6 +409,12 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
     if shift:
         base += "; corrected by the estimated regret of the greedy rules played"
         method = base + ", bias-aware where it exceeds half a standard error (docs/method.md §10)"
+    elif kind == "fixed" and extra.get("alternative", "two-sided") == "two-sided":
+        base += "; bias-aware: V* between the paper's estimate and the estimate corrected by"
+        method = base + (
+            " the estimated regret of the greedy rules played, Imbens-Manski interval"
+            " (docs/method.md §10)"
+        )
     else:
         base += "; bias-aware: from the paper's lower end to the upper end corrected by"
         method = base + " the estimated regret of the greedy rules played (docs/method.md §10)"
@@ -434,8 +446,8 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
         warnings.warn(
             f"the V* estimate is biased low: the greedy rules played have an estimated regret "
             f"of {regret[i]:.3g} = {ratio[i]:.2f} standard errors{where}, so V_hat may sit "
-            "below V* by about that much. The interval allows for it (from the paper's lower "
-            "end to the corrected upper end, docs/method.md §10), at the price of width. "
+            "below V* by about that much. The interval allows for it (V* between V_hat and "
+            "V_hat + regret, docs/method.md §10), at the price of width. "
             "Lengthen the warm start (warm_start=), explore more (epsilon=), or read the value "
             "of the rules actually played, which is covered whatever their regret: "
             "PolicyEvaluation(env, {'greedy': 'greedy'}, estimator=...)",
@@ -444,16 +456,25 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
         )
     if not aware.any():
         return out
-
-    def pick(field, combine):
-        a = np.atleast_1d(np.asarray(getattr(shifted, field), dtype=float))
-        paper = np.atleast_1d(np.asarray(getattr(ci, field), dtype=float))
-        mine = np.atleast_1d(np.asarray(getattr(out, field), dtype=float))
-        return finish_array(np.where(aware, combine(a, paper), mine), batched)
-
+    mine = {f: np.atleast_1d(np.asarray(getattr(out, f), dtype=float)) for f in _BOUNDS}
+    if kind == "fixed" and extra.get("alternative", "two-sided") == "two-sided":
+        # V* lies between the mean value of the rules played (V̂_n) and that value plus
+        # their regret (V̂_n + R̂_n, from above): eq. (IM) of inference.bounded_interval.
+        low, high = bounded_interval(est, se, est + regret, total, level)
+        p = bounded_p_value(extra.get("null_value", 0.0), est, se, est + regret, total)
+        found = {"low": low, "high": high, "p_value": p}
+    else:
+        # A confidence sequence, or the one-sided test: from the lower of the two lower ends
+        # to the higher of the two upper ends, the larger of the two p-values.
+        found = {}
+        for f, combine in zip(_BOUNDS, (np.minimum, np.maximum, np.maximum), strict=True):
+            a = np.atleast_1d(np.asarray(getattr(shifted, f), dtype=float))
+            paper = np.atleast_1d(np.asarray(getattr(ci, f), dtype=float))
+            found[f] = combine(a, paper)
     return dataclasses.replace(
-        out,
-        low=pick("low", np.minimum),
-        high=pick("high", np.maximum),
-        p_value=pick("p_value", np.maximum),
+        out, **{f: finish_array(np.where(aware, found[f], mine[f]), batched) for f in _BOUNDS}
     )
+
+
+#: The fields of a read-out that the bias-aware interval changes.
+_BOUNDS = ("low", "high", "p_value")

@@ -157,8 +157,8 @@ class _ValueInferenceBase(InferenceWrapperBase):
         """Confidence interval for ``V*`` (Section 4, Theorem 4.2), or with
         ``kind="sequence"`` the anytime-valid confidence sequence tuned at ``tuning_n``.
 
-        By default the estimate is the paper's ``V̂_n`` and the interval is bias-aware: from
-        the paper's lower end to the upper end corrected by ``R̂_n``, the estimated regret of
+        By default the estimate is the paper's ``V̂_n`` and the interval is bias-aware: ``V*``
+        between ``V̂_n`` and ``V̂_n + R̂_n``, with ``R̂_n`` the estimated regret of
         the greedy rules played; where ``R̂_n`` exceeds half a standard error a
         :class:`~inference.ValueBiasWarning` says so.  ``correction="regret"`` adds ``R̂_n``
         to the estimate (docs/method.md §10)."""

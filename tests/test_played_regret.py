@@ -102,10 +102,23 @@ def test_own_reference_equals_the_parameter_wrappers():
     assert a.estimate > none.interval().estimate  # the regret is >= 0
 
 
+def _bounded(paper, regret, variance):
+    """The default interval's ends and p-value from the paper's read-out and ``R̂_n``:
+    eq. (IM) of inference.bounded_interval, computed here from its definition."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    est, se = paper.estimate, paper.standard_error
+    total = np.sqrt(se**2 + variance)
+    spread = regret / max(se, total)
+    c = brentq(lambda c: norm.cdf(c + spread) - norm.cdf(-c) - 0.95, 1.0, 2.5, xtol=1e-14)
+    return c, est - c * se, est + regret + c * total
+
+
 def test_default_is_bias_aware_and_silent_where_the_regret_is_small():
-    """By default the estimate is the paper's and the interval runs from the paper's lower end
-    to the upper end corrected by R̂_n, also where R̂_n is too small to warn about."""
-    z = 1.959963984540054
+    """By default the estimate is the paper's and the interval covers V* anywhere between it
+    and the estimate corrected by R̂_n (Imbens and Manski's critical value, between the one-
+    and the two-sided normal quantile), also where R̂_n is too small to warn about."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", ValueBiasWarning)
         checked = _run(True)  # correction="auto": the check
@@ -113,33 +126,42 @@ def test_default_is_bias_aware_and_silent_where_the_regret_is_small():
         regret, variance = checked.played_regret()
         ci, paper = checked.interval(), checked.core.interval()
     assert 0 < regret[0] < paper.standard_error  # small here: no warning
-    assert (ci.estimate, ci.low) == (paper.estimate, paper.low)
-    se = np.sqrt(paper.standard_error**2 + variance[0])
-    assert ci.high == pytest.approx(paper.estimate + regret[0] + z * se, rel=1e-9)
-    assert ci.high > paper.high
-    assert ci.p_value >= paper.p_value
-    assert "bias-aware" in ci.method
+    c, low, high = _bounded(paper, regret[0], variance[0])
+    assert 1.6448536 < c < 1.959964
+    assert ci.estimate == paper.estimate
+    assert ci.low == pytest.approx(low, rel=1e-9) and ci.low > paper.low
+    assert ci.high == pytest.approx(high, rel=1e-9) and ci.high > paper.high
+    # The p-value of H0: V* = 0 matches the interval: 0 lies c0 standard errors below V_hat.
+    from scipy.stats import norm
+
+    c0 = paper.estimate / paper.standard_error
+    total = np.sqrt(paper.standard_error**2 + variance[0])
+    spread = regret[0] / total
+    assert ci.p_value == pytest.approx(norm.cdf(-c0 - spread) + norm.cdf(-c0), rel=1e-9)
+    assert "bias-aware" in ci.method and "Imbens-Manski" in ci.method
 
 
 def test_warning_where_the_regret_is_large_only():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ValueBiasWarning)
         _run(True, noise_std=0.02).interval()  # high signal-to-noise: silent
-    z = 1.959963984540054
     for correction in ("auto", "regret"):
         noisy = _run(True, noise_std=3.0, correction=correction)
         with pytest.warns(ValueBiasWarning, match="biased low"):
             ci = noisy.interval()
         paper = noisy.core.interval()
         regret, variance = noisy.played_regret()
-        se = np.sqrt(paper.standard_error**2 + variance[0])
-        # Bias-aware where flagged: the paper's lower end, the corrected upper end.
-        assert ci.low == paper.low
-        assert ci.high == pytest.approx(paper.estimate + regret[0] + z * se, rel=1e-9)
-        assert ci.p_value >= paper.p_value
+        # Bias-aware where flagged: V* between the paper's estimate and the corrected one.
+        _, low, high = _bounded(paper, regret[0], variance[0])
+        assert ci.low == pytest.approx(low, rel=1e-9)
+        assert ci.high == pytest.approx(high, rel=1e-9)
         shifted = paper.estimate + regret[0]
         expected = shifted if correction == "regret" else paper.estimate
         assert ci.estimate == pytest.approx(expected, rel=1e-12)
+        # The confidence sequence runs from the paper's lower end to the corrected upper end.
+        with pytest.warns(ValueBiasWarning):
+            cs = noisy.interval(kind="sequence", tuning_n=500)
+        assert cs.low == noisy.core.interval(kind="sequence", tuning_n=500).low
         # The one-sided test keeps the paper's lower bound: V_hat is biased low, not high.
         with pytest.warns(ValueBiasWarning):
             assert noisy.test_greater(0.0).low == noisy.core.test_greater(0.0).low

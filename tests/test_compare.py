@@ -190,7 +190,12 @@ def test_tidy_results_summary_and_inference():
     covered = []
     for r in inference:
         if r["agent"] in ("eps", "uniform"):
-            assert r["trials"] == 6 and r["mean_width"] > 0 and r["note"] == ""
+            assert r["trials"] == 6 and r["mean_width"] > 0
+            # The wrappers' own 40-round warm start (uniform's) is too short, and says so.
+            if r["agent"] == "eps":
+                assert r["note"] == ""
+            else:
+                assert r["note"].startswith("WarmStartWarning in 2 of 2 unit(s)")
             assert np.isclose(r["coverage"] * 6, round(r["coverage"] * 6))  # k of 6 trials
             if r["quantity"] in parameters:
                 covered.append(r["coverage"])
@@ -322,3 +327,28 @@ def test_policy_value_rows_cover_under_epsilon_greedy(monkeypatch):
     monkeypatch.setattr(PolicyValueInference, "terms", staticmethod(_drop_inverse_propensity))
     wrong = coverage()
     assert all(c < low for c in wrong), wrong
+
+
+def test_notes_name_the_warnings_each_agent_raised():
+    """A warning of the package raised in an agent's units (here the wrappers' own warm
+    start, too short for the linear agent's ε-greedy rounds) is noted for that agent with the
+    number of units that raised it, and shown once by ``compare``; an agent whose units
+    raised none has no note."""
+    agents = {
+        "eps": OurAgent("EpsilonGreedy", {"rank": 2, "warm_start": 30}),
+        "linear": OurAgent("LinearEpsilonGreedy"),
+    }
+    with pytest.warns(Warning) as shown:
+        res = compare(
+            ENV, agents, trials=4, rounds=80, seed=3, warm_start=30, batch_size=2, progress=False
+        )
+    raised = [w for w in shown if w.category.__name__ == "WarmStartWarning"]
+    assert len(raised) == 1 and "[2 unit(s)]" in str(raised[0].message)
+    assert res.notes("eps") == []
+    (note,) = res.notes("linear")
+    assert note.startswith("WarmStartWarning in 2 of 2 unit(s) of trials: ")
+    assert "Pass warm_start=" in note
+    assert "- linear: WarmStartWarning in 2 of 2" in res.to_markdown()
+    rows = res.inference(as_frame=False)
+    assert all(r["note"] == "" for r in rows if r["agent"] == "eps" and r["trials"])
+    assert all(note in r["note"] for r in rows if r["agent"] == "linear")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+import warnings
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from lrbandit_gym.experiments.montecarlo import chunk_map
 from lrbandit_gym.experiments.outputs import ArgumentError
 from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted
 from lrbandit_gym.experiments.policy_targets import target_policy_values
+from lrbandit_gym.experiments.run_warnings import count_warnings
 from lrbandit_gym.experiments.studies import paper_targets
 
 __all__ = [
@@ -442,6 +444,9 @@ def compare(
         if parts
     }
     done = {name: sum(r["regret"].shape[0] for _, r in per_agent[name]) for name in specs}
+    raised = (w for d in data.values() for w in d.get("warnings", []))
+    for category, message, count in count_warnings(raised):  # each once, from the units
+        warnings.warn(f"{message} [{count} unit(s)]", category, stacklevel=2)
     result = ComparisonResult(
         setting=setting,
         agents=[name for name in specs if name in data],

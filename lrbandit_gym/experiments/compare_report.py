@@ -34,6 +34,7 @@ from lrbandit_gym.experiments.outputs import (
     write_text,
 )
 from lrbandit_gym.experiments.policy_targets import policy_label
+from lrbandit_gym.experiments.run_warnings import count_warnings
 
 __all__ = ["OUTPUT_FILES", "ComparisonResult", "ReportedQuantity"]
 
@@ -49,6 +50,10 @@ OUTPUT_FILES = (
     "compare_estimation_error.png",
     "compare_interval_width.png",
 )
+
+#: The packages whose warnings an agent's notes list (others, a library's deprecations say,
+#: are shown once by :func:`~lrbandit_gym.experiments.compare.compare` and not noted).
+_PACKAGES = ("agents", "inference", "lrbandit_gym")
 
 
 def _pandas(as_frame: bool | None):
@@ -225,7 +230,18 @@ class ComparisonResult:
                 f"the inference wrappers refused a round in {units} unit(s) of trials, the "
                 f"first after {rounds} rounds: {reason}"
             )
-        return out
+        return out + self.warning_notes(name)
+
+    def warning_notes(self, name: str) -> list[str]:
+        """The package's own warnings an agent's units raised (a warm start too short for
+        the theory, a biased ``V*`` estimate, propensities too small), each with the number
+        of units that raised it: an interval either covers or says it may not."""
+        units = self.data[name].get("warnings", [])
+        return [
+            f"{category.__name__} in {count} of {len(units)} unit(s) of trials: {message}"
+            for category, message, count in count_warnings(units)
+            if category.__module__.split(".")[0] in _PACKAGES
+        ]
 
     # -- tables -------------------------------------------------------------------------
     def regret(self, as_frame: bool | None = None):
@@ -329,7 +345,7 @@ class ComparisonResult:
                 est, se, valid, truth = self._series(name, q)
                 row = {"agent": name, "quantity": q.label, "truth": truth}
                 row.update(_coverage(est[:, checkpoint], se[:, checkpoint], truth, valid, z))
-                notes = [] if row["trials"] else self.notes(name)
+                notes = self.warning_notes(name) if row["trials"] else self.notes(name)
                 if q.policy is not None:  # said even when some trials remain
                     notes = self.policy_notes(name) + notes
                 row["note"] = " | ".join(notes) if notes or row["trials"] else "none"
@@ -466,7 +482,7 @@ class ComparisonResult:
         arrays = {"truth": self.truth, "optimal_value": np.array(self.optimal_value)}
         arrays["checkpoints"] = self.checkpoints
         arrays["policy_values"] = np.array(list(self.policy_values.values()), dtype=float)
-        skipped = ("refusals", "policy_refusals", "seconds", "agent_seconds")
+        skipped = ("refusals", "policy_refusals", "warnings", "seconds", "agent_seconds")
         for name in self.agents:
             for key, value in self.data[name].items():
                 if key not in skipped and value is not None:

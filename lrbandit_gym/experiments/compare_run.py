@@ -37,6 +37,7 @@ from lrbandit_gym.decision import split_decision
 from lrbandit_gym.experiments.compare_stack import PropensityTracker, TrajectoryInference
 from lrbandit_gym.experiments.montecarlo import merge_trials
 from lrbandit_gym.experiments.policy_targets import TARGET_POLICIES
+from lrbandit_gym.experiments.run_warnings import recorded_warnings
 from lrbandit_gym.problem import GroundTruthMixin
 
 __all__ = ["ComparisonSetting", "TrialBatchEnv", "make_trial_env", "merge_units", "run_unit"]
@@ -404,7 +405,7 @@ def _sb3_trial(factory, setting, env_seed: int, model_seed: int) -> dict[str, An
 
 #: How the per-trial results of a unit merge (:func:`merge_units`): these are summed,
 #: these joined as lists, the other arrays concatenated along the trial axis (0).
-SUMMED, LISTED = ("seconds", "agent_seconds"), ("refusals", "policy_refusals")
+SUMMED, LISTED = ("seconds", "agent_seconds"), ("refusals", "policy_refusals", "warnings")
 
 
 def merge_units(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -415,9 +416,12 @@ def merge_units(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_unit(kind: str, *args) -> dict[str, Any]:
     """Run one unit (``kind``: "batched", "per_trial" or "sb3") with one BLAS thread, so
-    the numbers do not depend on which process runs it."""
+    the numbers do not depend on which process runs it; its distinct warnings are kept under
+    ``"warnings"`` (:func:`~lrbandit_gym.experiments.run_warnings.recorded_warnings`)."""
     from threadpoolctl import threadpool_limits
 
     runner = {"batched": run_batched, "per_trial": run_per_trial, "sb3": run_sb3}[kind]
-    with threadpool_limits(1):
-        return runner(*args)
+    with threadpool_limits(1), recorded_warnings() as caught:
+        out = runner(*args)
+    out["warnings"] = [caught]  # one list per unit (merged units list them side by side)
+    return out

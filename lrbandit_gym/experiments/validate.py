@@ -56,6 +56,7 @@ from lrbandit_gym.experiments.montecarlo import (
     plan_chunks,
     run_chunks,
 )
+from lrbandit_gym.experiments.run_warnings import count_warnings, recorded_warnings
 from lrbandit_gym.experiments.validate_readers import CheckpointReader, Reader
 from lrbandit_gym.experiments.validate_report import ValidationResult, flag_cells, verdict
 from lrbandit_gym.experiments.validate_setting import (
@@ -211,14 +212,9 @@ def run_chunk(
     """
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(1), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with threadpool_limits(1), recorded_warnings() as caught:
         out = _run_chunk(setting, n_trials, seed, confidence_level, readers, report)
-    seen: dict[tuple, int] = {}
-    for w in caught:
-        key = (w.category, str(w.message))
-        seen[key] = seen.get(key, 0) + 1
-    out["warnings"] = list(seen)
+    out["warnings"] = caught
     return out
 
 
@@ -299,18 +295,6 @@ DIAGNOSTIC_AXES = {
     "value_bias": 1,
     "warm_start_ratio": 0,
 }
-
-
-def _chunk_warnings(chunks: Sequence[dict[str, Any]]) -> list[tuple[type, str, int]]:
-    """The chunks' warnings as ``(category, message, chunks that raised it)``: warnings
-    that differ only in their numbers (say, a median over a chunk's trials) are one, shown
-    with the first chunk's text."""
-    counts: dict[tuple, list] = {}
-    for c in chunks:
-        for category, message in c["warnings"]:
-            key = (category, re.sub(r"\d+(\.\d+)?", "#", message))
-            counts.setdefault(key, [message, 0])[1] += 1
-    return [(category, message, count) for (category, _), (message, count) in counts.items()]
 
 
 def _failure_verdict(chunks: Sequence[dict[str, Any]]) -> str | None:
@@ -471,7 +455,7 @@ def run_validation(
         status, line = "FAILED", failure
     flag_cells(rows, level)
     messages = []
-    for category, message, count in _chunk_warnings(ran.results):
+    for category, message, count in count_warnings(c["warnings"] for c in ran.results):
         messages.append(f"{message} [{category.__name__}, {count} of {len(ran.results)} chunk(s)]")
         warnings.warn(message, category, stacklevel=2)
     result = ValidationResult(

@@ -164,6 +164,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "return self.store.n + 2 >= self.store.length",
         ("tests/test_wrappers.py", "tests/test_mutants.py"),
     ),
+    Mutant(
+        "v_star_one_sided_always",
+        "the V* interval between two bounds uses the one-sided quantile whatever their gap",
+        "inference/bounded_interval.py",
+        "above = ndtr(mid + d) - ndtr(-mid) >= level  # coverage rises with c",
+        "above = np.ones_like(mid, dtype=bool)",
+        ("tests/test_bounded_interval.py", "tests/test_played_regret.py"),
+    ),
+    Mutant(
+        "v_star_whole_range",
+        "the V* interval covers the whole range between the bounds (two-sided z at both ends)",
+        "inference/bounded_interval.py",
+        "above = ndtr(mid + d) - ndtr(-mid) >= level  # coverage rises with c",
+        "above = np.zeros_like(mid, dtype=bool)",
+        ("tests/test_bounded_interval.py", "tests/test_played_regret.py"),
+    ),
 )
 
 _IGNORE = shutil.ignore_patterns(

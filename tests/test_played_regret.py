@@ -147,8 +147,10 @@ def test_warning_where_the_regret_is_large_only():
         _run(True, noise_std=0.02).interval()  # high signal-to-noise: silent
     for correction in ("auto", "regret"):
         noisy = _run(True, noise_std=3.0, correction=correction)
-        with pytest.warns(ValueBiasWarning, match="biased low"):
+        with pytest.warns(ValueBiasWarning, match="biased low") as raised:
             ci = noisy.interval()
+        message = str(raised[0].message)
+        assert all(knob in message for knob in ("warm_start=", "step_gain=", "epsilon="))
         paper = noisy.core.interval()
         regret, variance = noisy.played_regret()
         # Bias-aware where flagged: V* between the paper's estimate and the corrected one.

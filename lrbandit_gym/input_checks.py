@@ -85,17 +85,22 @@ def _where(index: tuple[int, ...], batched: bool) -> str:
     return f" at index {index}"
 
 
+def _integer(value: Any, message: str) -> int:
+    """``operator.index(value)``; ``ValueError(message)`` for a non-integer or a boolean."""
+    if isinstance(value, bool | np.bool_):
+        raise ValueError(message)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(message) from None
+
+
 def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     """Return ``value`` as an ``int`` after checking it is an integer ``>= minimum``.
 
     Booleans are rejected (``True`` is an ``int`` in Python but never a size).
     """
-    if isinstance(value, bool | np.bool_):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    try:
-        ivalue = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}") from None
+    ivalue = _integer(value, f"{name} must be an integer >= {minimum}, got {value!r}")
     if ivalue < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {ivalue!r}")
     return int(ivalue)
@@ -442,12 +447,7 @@ def check_confidence_level(confidence_level: Any) -> float:
 
 def check_arm(arm: Any, n_actions: int, name: str = "arm") -> int:
     """Return an arm index in ``[0, n_actions)``."""
-    if isinstance(arm, bool | np.bool_):
-        raise ValueError(f"{name} must be an integer in [0, {n_actions}), got {arm!r}")
-    try:
-        a = operator.index(arm)
-    except TypeError:
-        raise ValueError(f"{name} must be an integer in [0, {n_actions}), got {arm!r}") from None
+    a = _integer(arm, f"{name} must be an integer in [0, {n_actions}), got {arm!r}")
     if not 0 <= a < n_actions:
         raise ValueError(f"{name} must be an integer in [0, {n_actions}), got {a!r}")
     return int(a)

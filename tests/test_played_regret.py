@@ -6,6 +6,7 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import play
 
 import lrbandit_gym  # noqa: F401
 from agents import EpsilonGreedy
@@ -76,11 +77,7 @@ def _run(stack_params, *, noise_std=0.1, seed=0, rounds=900, correction="auto"):
         inner = ParameterInference(env, {"T": unit}, estimator=agent.estimator)
     value = ValueInference(inner, estimator=agent.estimator, correction=correction)
     obs, _ = value.reset(seed=seed)
-    for _ in range(rounds):
-        decision = agent.act(obs)
-        nxt, reward, *_ = value.step(decision)
-        agent.update(obs, decision, reward)
-        obs = nxt
+    play(value, agent, obs, rounds)
     return value
 
 

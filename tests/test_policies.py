@@ -5,6 +5,7 @@ import pickle
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import play
 from scipy import stats
 
 import lrbandit_gym  # noqa: F401
@@ -167,15 +168,6 @@ def test_warm_start_phase_explores_uniformly_then_initialises():
     assert policy.estimator.initialized and policy.online_rounds == 0
 
 
-def run_loop(env, policy, obs, n):
-    for _ in range(n):
-        d = policy.act(obs)
-        nxt, r, *_ = env.step(d)
-        policy.update(obs, d, r)
-        obs = nxt
-    return obs
-
-
 @pytest.mark.parametrize(
     "make",
     [
@@ -191,14 +183,14 @@ def test_save_and_resume_continue_bit_identically(make, split):
     a, b = make(env_a), make(env_b)
     obs_a, _ = env_a.reset(seed=1)
     obs_b, _ = env_b.reset(seed=1)
-    obs_a = run_loop(env_a, a, obs_a, split)
-    obs_b = run_loop(env_b, b, obs_b, split)
+    obs_a = play(env_a, a, obs_a, split)
+    obs_b = play(env_b, b, obs_b, split)
     state = pickle.loads(pickle.dumps(b.state_dict()))
     env_c = pickle.loads(pickle.dumps(env_b))  # the environment resumes too
     c = make(env_c)
     c.load_state_dict(state)
-    run_loop(env_a, a, obs_a, 40)
-    run_loop(env_c, c, obs_b, 40)
+    play(env_a, a, obs_a, 40)
+    play(env_c, c, obs_b, 40)
     np.testing.assert_array_equal(a.estimates, c.estimates)
 
 
@@ -265,7 +257,7 @@ def test_bad_updates_raise_and_leave_the_policy_unchanged(name, corrupt):
     env = small_env()
     policy = EpsilonGreedy(env, rank=2, M_init=truth_init(env), seed=0)
     obs, _ = env.reset(seed=0)
-    obs = run_loop(env, policy, obs, 10)
+    obs = play(env, policy, obs, 10)
     before = pickle.dumps(policy.state_dict())
     d = policy.act(obs)
     after_act = pickle.dumps(policy.state_dict())

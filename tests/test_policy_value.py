@@ -4,6 +4,7 @@ with a known truth, and the wrappers against a hand-fed core."""
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import play
 
 import lrbandit_gym  # noqa: F401
 from agents import EpsilonGreedy
@@ -172,15 +173,6 @@ def test_state_round_trip():
         PolicyValueInference(2, ["p", "r"], n_trials=3).load_state_dict(core.state_dict())
 
 
-def _loop(env, agent, rounds, obs):
-    for _ in range(rounds):
-        decision = agent.act(obs)
-        next_obs, reward, *_ = env.step(decision)
-        agent.update(obs, decision, reward)
-        obs = next_obs
-    return obs
-
-
 def test_wrapper_feeds_the_core_what_a_hand_fed_core_gets():
     """The wrapper's core equals a core fed by hand with the shared estimator's predictions
     before the update, the decision's propensities and the targets' pmfs."""
@@ -191,7 +183,7 @@ def test_wrapper_feeds_the_core_what_a_hand_fed_core_gets():
     env = PolicyEvaluation(base, policies, estimator=agent.estimator)
     hand = PolicyValueInference(3, list(policies))
     obs, _ = env.reset(seed=1)
-    obs = _loop(env, agent, 150, obs)
+    obs = play(env, agent, obs, 150)
     for _ in range(300):
         decision = agent.act(obs)
         pred = agent.estimator.predict(obs)
@@ -215,7 +207,7 @@ def test_wrapper_stacks_and_greedy_matches_the_value_estimate():
     pe = PolicyEvaluation(base, {"g": GREEDY, "anti": lambda obs: 0}, estimator=agent.estimator)
     env = ValueInference(pe, estimator=agent.estimator)
     obs, _ = env.reset(seed=0)
-    _loop(env, agent, 600, obs)
+    play(env, agent, obs, 600)
     # The greedy target's AIPW average is the paper's V-hat on the same rounds.
     assert pe.interval("g").estimate == pytest.approx(env.core.interval().estimate, rel=1e-12)
     assert env.get_wrapper_attr("policy_evaluation") is pe
@@ -230,7 +222,7 @@ def test_wrapper_refuses_bad_targets_before_the_step():
     bad = {"t": lambda obs: np.array([0.7, 0.7])}
     env = PolicyEvaluation(base, bad, estimator=agent.estimator)
     obs, _ = env.reset(seed=0)
-    obs = _loop(env, agent, 60, obs)
+    obs = play(env, agent, obs, 60)
     seen = env.rounds_seen
     with pytest.raises(ValueError, match="target policy 't'"):
         env.step(agent.act(obs))
@@ -272,7 +264,7 @@ def test_vector_wrapper_matches_single_shape():
         venv, {"g": GREEDY, "a0": lambda obs: np.zeros(4, int)}, estimator=agent.estimator
     )
     obs, _ = env.reset(seed=0)
-    _loop(env, agent, 300, obs)
+    play(env, agent, obs, 300)
     ci = env.difference("a0", "g")
     assert ci.estimate.shape == (4,) and np.isfinite(ci.standard_error).all()
     seq = env.interval("g", kind="sequence")
@@ -298,7 +290,7 @@ def test_wrapper_state_round_trip_and_a_bad_state_changes_nothing():
     agent = EpsilonGreedy(base, rank=1, epsilon=0.2, warm_start=60, seed=0)
     env = PolicyEvaluation(base, {"g": GREEDY, "a0": lambda obs: 0}, estimator=agent.estimator)
     obs, _ = env.reset(seed=0)
-    _loop(env, agent, 200, obs)
+    play(env, agent, obs, 200)
     state = env.state_dict()
     ci = env.interval("a0")
     bad = dict(state, core=dict(state["core"], n=-1))

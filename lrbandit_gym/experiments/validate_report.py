@@ -385,16 +385,15 @@ class ValidationResult:
         )
         if not small.any() or small.all():
             return line
-        a = self.arrays
         quiet = ~small
         covered = []
-        for j, q in enumerate(self.quantities):
-            if q.target is None:  # V* and policy values: their own lines
-                continue
-            low, high = a["low"][:, j][:, quiet], a["high"][:, j][:, quiet]
-            read = np.isfinite(low) & np.isfinite(high)
-            hit = (low <= q.truth) & (q.truth <= high)
-            covered += [hit[c][read[c]].mean() for c in range(hit.shape[0]) if read[c].any()]
+        for c in range(len(self.arrays["checkpoints"])):
+            for j, q in enumerate(self.quantities):
+                if q.target is None:  # V* and policy values: their own lines
+                    continue
+                share, _ = self._covered_in(c, j, quiet)
+                if share is not None:
+                    covered.append(share)
         if covered:
             line += (
                 f"; the parameter intervals of the {int(quiet.sum())} trials without it "
@@ -410,18 +409,24 @@ class ValidationResult:
         if "V*" not in labels:
             return {}
         i = labels.index("V*")
-        truth = self.quantities[i].truth
         out = {}
         for c, n in enumerate(a["checkpoints"]):
-            quiet = ~(a["value_bias"][c] > WARN_RATIO)
-            low, high = a["low"][c, i][quiet], a["high"][c, i][quiet]
-            read = np.isfinite(low) & np.isfinite(high)
-            if read.any():
-                covered = (low[read] <= truth) & (truth <= high[read])
-                out[int(n)] = (
-                    f"; without a warning covered in {covered.mean():.3f} of {int(read.sum())}"
-                )
+            share, count = self._covered_in(c, i, ~(a["value_bias"][c] > WARN_RATIO))
+            if share is not None:
+                out[int(n)] = f"; without a warning covered in {share:.3f} of {count}"
         return out
+
+    def _covered_in(self, c: int, j: int, trials: np.ndarray) -> tuple[float | None, int]:
+        """``(coverage, trials read)`` of quantity ``j`` at checkpoint ``c`` over the trials
+        selected by the boolean mask ``trials`` that have an interval; ``(None, 0)`` when
+        none has."""
+        low, high = self.arrays["low"][c, j][trials], self.arrays["high"][c, j][trials]
+        read = np.isfinite(low) & np.isfinite(high)
+        if not read.any():
+            return None, 0
+        truth = self.quantities[j].truth
+        covered = (low[read] <= truth) & (truth <= high[read])
+        return float(covered.mean()), int(read.sum())
 
     def to_markdown(self) -> str:
         """The coverage table in markdown: coverage with its 95% Wilson interval (which keeps

@@ -42,6 +42,7 @@ from inference.linear_form_round import (
 )
 from inference.linear_form_state import LinearFormPersistence
 from inference.tangent_space import TargetTriplets
+from inference.weight_share import WeightShare
 from lrbandit_gym.input_checks import (
     check_actions,
     check_batch_vector,
@@ -121,6 +122,7 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
         self._sigma_sum = np.zeros((B, K))  # n·σ̂², eq. (13)
         self._S2_sum = np.zeros((B, K, len(self._names)))  # n·Ŝ², eq. (14)
         self._pulls = np.zeros((B, K), dtype=np.int64)
+        self._weights = WeightShare(B, K)  # Lindeberg's share of each arm (weight_share)
         self._cache: dict[tuple[str, int], np.ndarray] = {}
 
     @property
@@ -337,7 +339,9 @@ class LinearFormInference(LinearFormCore):
         """
         action = round_.actions
         weight = self._weight(action, round_.propensities)
-        return self._propose(estimate, round_.contexts, action, round_.rewards, weight)
+        terms = self._propose(estimate, round_.contexts, action, round_.rewards, weight)
+        with np.errstate(divide="ignore"):  # a zero propensity: an infinite factor
+            return terms._replace(factors=1.0 / round_.propensities)
 
     def _weight(self, action: np.ndarray, propensities: np.ndarray) -> np.ndarray:
         """``1/pi_t(a_t)`` per trial (1 under the "no_ipw" control)."""

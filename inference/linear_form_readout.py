@@ -25,6 +25,7 @@ from inference.results import (
 )
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from inference.tangent_space import basis_transform
+from inference.weight_share import warn_heavy_rounds
 from lrbandit_gym.input_checks import check_arm, check_confidence_level, check_target_name
 
 __all__ = ["LinearFormReadout"]
@@ -42,6 +43,18 @@ class LinearFormReadout:
             f"no rounds observed yet: at least 1 more round (with a pull of each arm "
             f"involved) is needed to estimate {what}; returning NaN",
             stacklevel=stacklevel,
+        )
+
+    def _warn_heavy(self, what: str, arms: tuple[int, ...]) -> None:
+        """:func:`~inference.weight_share.warn_heavy_rounds` for a read-out of ``arms``."""
+        share = self._weights.shares()[:, list(arms)].max(axis=1)
+        warn_heavy_rounds(
+            share,
+            self._n,
+            what,
+            self.batched,
+            "log with more exploration (a higher softmax temperature, or epsilon-greedy).",
+            stacklevel=4,
         )
 
     def _debiased(self, arm: int) -> np.ndarray:
@@ -232,6 +245,7 @@ class LinearFormReadout:
         n = self._n
         m_hat, sigma2, S2 = self._arm_estimate(arm, k, target)
         se = np.sqrt(sigma2) * np.sqrt(S2) / np.sqrt(n)  # σ̂·Ŝ/√n, eq. (15)
+        self._warn_heavy(what, (arm,))
         return kind_interval(
             kind,
             tuning_n,
@@ -286,6 +300,7 @@ class LinearFormReadout:
         m_a, sigma2_a, S2_a = self._arm_estimate(a, k, target)
         m_b, sigma2_b, S2_b = self._arm_estimate(b, k, target)
         se = np.sqrt((sigma2_a * S2_a + sigma2_b * S2_b) / n)  # √((σ̂²_a·Ŝ²_a + σ̂²_b·Ŝ²_b)/n)
+        self._warn_heavy(what, (a, b))
         return kind_interval(
             kind,
             tuning_n,

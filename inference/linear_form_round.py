@@ -81,6 +81,9 @@ class RoundTerms(NamedTuple):
     compiled: bool
     position: tuple[int, int]
     """The core's :attr:`position` the round was computed against."""
+    factors: np.ndarray | None = None
+    """``1/π_t(a)`` of every arm, shape (B, K) (``inf`` where zero): the round's
+    predictable variance factors (:mod:`inference.weight_share`)."""
 
 
 def check_estimate_scale(U: np.ndarray, V: np.ndarray, batched: bool) -> None:
@@ -294,5 +297,7 @@ class LinearFormRound:
             if debias:  # M̃ = M̂ + c·1{a_t=i}/π_t(i)·res_t·X_t
                 self._sum.add_correction(action, X, cw * res)
             self._pulls[trials, action] += weight > 0
+        if terms.factors is not None:
+            self._weights.add(terms.factors)
         self._n += 1
         self._cache.clear()

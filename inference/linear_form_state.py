@@ -47,6 +47,7 @@ class LinearFormPersistence:
             "sigma_sum": self._sigma_sum.copy(),
             "S2_sum": self._S2_sum.copy(),
             "pulls": self._pulls.copy(),
+            **self._weights.state_dict(),
         }
 
     def validate_state_dict(self, state: Mapping[str, Any]) -> dict[str, Any]:
@@ -71,7 +72,9 @@ class LinearFormPersistence:
         if not isinstance(state, Mapping):
             raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         mine = self.state_dict()
-        check_config(state, mine, (*self._CONFIG, "target_names"))
+        # The Lindeberg check's arrays are optional (weight_share: states saved before them).
+        required = {k: v for k, v in mine.items() if not k.startswith("weight_")}
+        check_config(state, required, (*self._CONFIG, "target_names"))
         try:
             same = np.array_equal(np.asarray(state["targets"], dtype=float), self._T)
         except (TypeError, ValueError):
@@ -92,7 +95,8 @@ class LinearFormPersistence:
             )
         if n > 0 and not initialized:
             raise ValueError(f"state['initialized'] is False but state['n'] = {n} rounds")
-        return {"n": n, "ring_n": ring_n, "initialized": initialized, **new}
+        weights = self._weights.check_state(state)
+        return {"n": n, "ring_n": ring_n, "initialized": initialized, "weights": weights, **new}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict`: everything is validated first
@@ -104,4 +108,5 @@ class LinearFormPersistence:
         self._sigma_sum = new["sigma_sum"]
         self._S2_sum = new["S2_sum"]
         self._pulls = new["pulls"]
+        self._weights.load(new["weights"])
         self._cache = {}

@@ -36,6 +36,7 @@ import numpy as np
 from agents.state import check_config, check_count, copy_arrays
 from inference.results import IntervalEstimate, trials_phrase, warn_insufficient
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
+from inference.weight_share import WeightShare, warn_heavy_rounds
 from lrbandit_gym.input_checks import (
     PROPENSITY_TOL,
     check_actions,
@@ -146,6 +147,8 @@ class PolicyValueInference:
         self._n = 0
         self._sum_g = np.zeros((B, P))  # Σ_t Γ_t(π_j)
         self._sum_gg = np.zeros((B, P, P))  # Σ_t Γ_t(π_j) Γ_t(π_k)
+        self._weights = WeightShare(B, P)  # Lindeberg's share of each target (weight_share)
+        self._staged: tuple[np.ndarray, np.ndarray] | None = None  # (terms, their factors)
 
     @property
     def _B(self) -> int:
@@ -269,12 +272,20 @@ class PolicyValueInference:
                 f"the round's AIPW terms {g[b]!r}{where} are too large for the running sums "
                 "(their squares overflow): the predictions or the reward are absurd"
             )
+        # The round's predictable variance factors Σ_a π(a|X)²/π_t(a), kept with the terms
+        # for commit (inf where a target plays an arm of zero propensity).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(targets > 0, targets * targets / propensities[:, None, :], 0.0)
+        self._staged = (g, ratio.sum(axis=2))
         return g
 
     def commit(self, g: np.ndarray) -> None:
         """Add the terms from :meth:`propose` (cannot fail)."""
         self._sum_g += g
         self._sum_gg += g[:, :, None] * g[:, None, :]
+        if self._staged is not None and self._staged[0] is g:
+            self._weights.add(self._staged[1])
+        self._staged = None
         self._n += 1
 
     # ------------------------------------------------------------------ read-out
@@ -310,6 +321,15 @@ class PolicyValueInference:
 
     def _read(self, weights, what, level, kind, tuning_n, **extra) -> IntervalEstimate:
         est, se = self._contrast(weights, what)
+        if self._n >= 2:
+            warn_heavy_rounds(
+                self._weights.shares()[:, weights != 0].max(axis=1),
+                self._n,
+                what,
+                self.batched,
+                "log with more exploration of the arms the target policy plays.",
+                stacklevel=4,
+            )
         method = (
             f"{what}: augmented inverse-propensity (doubly robust) online estimate, "
             f"two-sided Wald interval" + sequence_phrase(kind, tuning_n)
@@ -373,17 +393,23 @@ class PolicyValueInference:
             "n_trials": 0 if self.n_trials is None else self.n_trials,
             "n": int(self._n),
             **{key: getattr(self, "_" + key).copy() for key in _SUMS},
+            **self._weights.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict` (validated first; a failure changes nothing)."""
         mine = self.state_dict()
-        check_config(state, mine, ("kind", "n_actions", "policies", "n_trials"))
+        # The Lindeberg check's arrays are optional (weight_share: states saved before them).
+        required = {k: v for k, v in mine.items() if not k.startswith("weight_")}
+        check_config(state, required, ("kind", "n_actions", "policies", "n_trials"))
         new = copy_arrays(state, mine, _SUMS)
         n = check_count(state["n"], "n")
+        weights = self._weights.check_state(state)
         self._n = n
         for key, arr in new.items():
             setattr(self, "_" + key, arr)
+        self._weights.load(weights)
+        self._staged = None
 
     def __repr__(self) -> str:
         batch = "" if self.n_trials is None else f", n_trials={self.n_trials}"

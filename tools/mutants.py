@@ -180,6 +180,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "above = np.zeros_like(mid, dtype=bool)",
         ("tests/test_bounded_interval.py", "tests/test_played_regret.py"),
     ),
+    Mutant(
+        "lindeberg_mean_not_max",
+        "the Lindeberg check reads the mean factor instead of the largest (never warns)",
+        "inference/weight_share.py",
+        "np.maximum(self._max, factors, out=self._max)",
+        "self._max += factors / 1e6",
+        ("tests/test_weight_share.py",),
+    ),
 )
 
 _IGNORE = shutil.ignore_patterns(

@@ -1,0 +1,149 @@
+"""Whether an interval rests on many rounds or on a few heavy ones: the largest share of a
+round in the predictable variance of an inverse-propensity estimate.
+
+Every interval of this package is a martingale central limit theorem: the estimate is an
+average of terms whose conditional variances at round ``t`` are proportional to a
+*predictable* factor ``v_t``, known before the action is drawn, ``1/π_t(a)`` for arm
+``a``'s parameter (eq. (13)-(14)) and ``Σ_a π(a|X_t)²/π_t(a)`` for the value of a target
+policy ``π`` (docs/method.md §9).  The theorem needs Lindeberg's condition, that no single
+round carries a non-vanishing share of the total (docs/method.md §8):
+
+    share_n = max_{t ≤ n} v_t / Σ_{t ≤ n} v_t → 0.                                  (L)
+
+With propensities bounded below by ``p0`` the share is at most ``1 / (n p0 E[v])`` and falls
+like ``1/n`` (ε-greedy with ``ε = 0.1`` and two arms: about 0.004 after 500 rounds).  A
+softmax policy at a low temperature gives arms propensities of ``1e-9`` on some contexts:
+one such round then holds most of the arm's total, whatever ``n``, and the estimate's
+distribution is a mixture of "the rare pull happened" and "it did not", which no normal
+interval describes.  The share is observable at every read-out, costs two running arrays,
+and does not depend on whether the rare arm was pulled: it flags the design, not the luck
+of the draw.
+
+:data:`SHARE_LIMIT` = 0.1 (one round holding a tenth of the total: the interval rests on
+fewer than ten rounds' worth of variance) separates the grid's settings cleanly
+(docs/reproduction.md, "The grid"): ε-greedy settings stay below 0.005 at their read-outs,
+softmax at ``τ = 1`` with three arms below 0.1 in all but a few trials, softmax at
+``τ = 0.5`` (``laplace``) above 0.2 in every trial.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from inference.results import SmallPropensityWarning
+
+__all__ = ["SHARE_LIMIT", "WeightShare", "warn_heavy_rounds"]
+
+#: Largest share (L) of one round in a quantity's predictable variance that a read-out
+#: accepts without a :class:`~inference.results.SmallPropensityWarning`.
+SHARE_LIMIT = 0.1
+
+
+class WeightShare:
+    """Running sum and maximum of the predictable variance factors ``v_t`` of ``m``
+    quantities in ``B`` trials: O(B m) memory and work per round, whatever the rounds.
+
+    Parameters
+    ----------
+    n_trials : int
+        ``B`` (1 for an unbatched core).
+    n_quantities : int
+        ``m``: the arms of a parameter core, the target policies of a policy-value core.
+    """
+
+    def __init__(self, n_trials: int, n_quantities: int) -> None:
+        self._sum = np.zeros((n_trials, n_quantities))
+        self._max = np.zeros((n_trials, n_quantities))
+
+    def add(self, factors: np.ndarray) -> None:
+        """Absorb one round's ``v_t``, shape ``(B, m)``, ``>= 0`` (``inf`` where a
+        propensity the quantity needs is zero)."""
+        self._sum += factors
+        np.maximum(self._max, factors, out=self._max)
+
+    def shares(self) -> np.ndarray:
+        """``share_n`` of (L), ``(B, m)``: NaN before the first round and where the state
+        came from a version that did not keep it; 1 where a factor is infinite."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = self._max / self._sum
+        return np.where(np.isinf(self._max), 1.0, out)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"weight_sum": self._sum.copy(), "weight_max": self._max.copy()}
+
+    def check_state(self, state: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Validated copies of ``state``'s two arrays, changing nothing; NaN arrays for a
+        state saved without them (the check then stays silent until the next reset).
+
+        Raises
+        ------
+        ValueError
+            Naming the key whose array has the wrong shape, a negative or NaN entry, or a
+            maximum above the sum.
+        """
+        if "weight_sum" not in state and "weight_max" not in state:
+            return np.full_like(self._sum, np.nan), np.full_like(self._max, np.nan)
+        arrays = []
+        for key in ("weight_sum", "weight_max"):
+            if key not in state:
+                raise ValueError(f"state has {key!r}'s partner but not {key!r}")
+            try:
+                arr = np.array(state[key], dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(f"state[{key!r}] must be a real array") from None
+            if arr.shape != self._sum.shape:
+                raise ValueError(
+                    f"state[{key!r}] must have shape {self._sum.shape}, got {arr.shape}"
+                )
+            if not (arr >= 0).all():
+                raise ValueError(f"state[{key!r}] must be >= 0 (inf allowed), got {arr!r}")
+            arrays.append(arr)
+        total, top = arrays
+        if (top > total).any():
+            raise ValueError("state['weight_max'] exceeds state['weight_sum'] somewhere")
+        return total, top
+
+    def load(self, arrays: tuple[np.ndarray, np.ndarray]) -> None:
+        """Assign what :meth:`check_state` returned (cannot fail)."""
+        self._sum, self._max = arrays
+
+
+def warn_heavy_rounds(
+    share: np.ndarray, n: int, what: str, batched: bool, advice: str, stacklevel: int = 3
+) -> None:
+    """Warn (:class:`~inference.results.SmallPropensityWarning`) where one round holds more
+    than :data:`SHARE_LIMIT` of the predictable variance of ``what``.
+
+    Parameters
+    ----------
+    share : ndarray of shape (B,)
+        The read-out's share (L), the largest over the quantities it combines.
+    n : int
+        Rounds read.
+    what : str
+        The quantity read, as its interval's method names it.
+    batched : bool
+        Whether to name the trials.
+    advice : str
+        What the user can change beyond reading after more rounds.
+    """
+    heavy = share > SHARE_LIMIT
+    if not heavy.any():
+        return
+    i = int(np.argmax(np.where(np.isnan(share), -np.inf, share)))
+    where = f" in {int(heavy.sum())} of {heavy.size} trials (largest: trial {i})" if batched else ""
+    warnings.warn(
+        SmallPropensityWarning(
+            f"{what}: one of its {n} rounds holds {share[i]:.0%} of the estimate's "
+            f"predictable variance{where}: too few rounds, or weights 1/pi_t too uneven (a "
+            "propensity close to zero). The normal approximation behind the interval needs "
+            "every round's share to vanish (Lindeberg's condition, docs/method.md §8); above "
+            f"{SHARE_LIMIT:.0%} the interval may under-cover. Read it after more rounds, or "
+            f"{advice}"
+        ),
+        stacklevel=stacklevel,
+    )

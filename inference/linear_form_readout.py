@@ -45,6 +45,13 @@ class LinearFormReadout:
             stacklevel=stacklevel,
         )
 
+    def round_shares(self) -> np.ndarray:
+        """Lindeberg's share of every arm: the largest ``1/π_t(a)`` over their sum since the
+        first round, ``(K,)`` or ``(B, K)`` (:mod:`inference.weight_share`).  A read-out
+        whose arms have a share above :data:`~inference.weight_share.SHARE_LIMIT` warns;
+        NaN before the first round."""
+        return self._out(self._weights.shares())
+
     def _warn_heavy(self, what: str, arms: tuple[int, ...]) -> None:
         """:func:`~inference.weight_share.warn_heavy_rounds` for a read-out of ``arms``."""
         share = self._weights.shares()[:, list(arms)].max(axis=1)

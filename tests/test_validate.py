@@ -301,6 +301,40 @@ def test_diagnostics_count_small_propensity_warnings_and_the_quiet_trials_covera
     assert hi == pytest.approx(held.mean(axis=1).max(), abs=5e-4)
 
 
+def test_diagnostics_give_the_lindeberg_share_and_the_quiet_trials_coverage():
+    """The parameter core's Lindeberg share is recorded per checkpoint and trial (ε-greedy
+    with ε = 0.1 and two arms: the largest weight 20 over the summed weights of n rounds),
+    and the line counts the trials above SHARE_LIMIT, whose read-outs warn, and gives the
+    parameter coverage of the others."""
+    import dataclasses
+    import re
+
+    from inference.weight_share import SHARE_LIMIT
+
+    result = validate(
+        TINY, policy_kwargs={"epsilon": 0.1}, targets="entry", n=(60, 120), trials=16,
+        batch_size=8, progress=False,
+    )  # fmt: skip
+    a = dict(result.arrays)
+    share = a["round_share"]
+    assert share.shape == (2, 16)
+    # 1/π is 20 or about 1.05: the share is 20 over a sum between 1.05 n and 20 n.
+    for c, n in enumerate((60, 120)):
+        assert ((share[c] >= 1 / n) & (share[c] <= 20 / (1.05 * n))).all()
+    line = [x for x in result.diagnostics().splitlines() if "Lindeberg" in x][0]
+    assert "n = 60: " in line and "covered" not in line
+    heavy = np.arange(16) % 2 == 0
+    a["round_share"] = np.where(heavy, 2 * SHARE_LIMIT, share)
+    line = dataclasses.replace(result, arrays=a)._round_share_line(a["round_share"])
+    assert "n = 60: 50% of trials" in line and "n = 120: 50% of trials" in line
+    lo, hi = map(float, re.findall(r"covered ([0-9.]+)–([0-9.]+)", line)[0])
+    params = [j for j, q in enumerate(result.quantities) if q.target is not None]
+    truth = np.array([result.quantities[j].truth for j in params])[:, None]
+    held = (a["low"][0, params][:, ~heavy] <= truth) & (truth <= a["high"][0, params][:, ~heavy])
+    assert lo == pytest.approx(held.mean(axis=1).min(), abs=5e-4)
+    assert hi == pytest.approx(held.mean(axis=1).max(), abs=5e-4)
+
+
 def test_out_folder_holds_every_trial_and_step_gain_reaches_the_policy(tmp_path, capsys):
     """``--out`` also writes validate.npz: every trial's intervals and diagnostics, whose
     coverage is the table's; ``--step-gain`` is the policy's keyword argument."""

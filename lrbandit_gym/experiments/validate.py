@@ -203,7 +203,8 @@ def run_chunk(
     """Run ``n_trials`` trials of ``setting`` in one batch on the vector env.
 
     Returns ``{"quantities", "readers": {name: arrays}, "estimation_error" (C, B, K),
-    "value_bias" (C, B) (:meth:`InferenceStack.value_bias`), "min_propensity" (B,),
+    "value_bias" (C, B) (:meth:`InferenceStack.value_bias`), "round_share" (C, B)
+    (:meth:`InferenceStack.round_share`), "min_propensity" (B,),
     "warm_start_ratio" (B, K), "warnings": [(category, message)],
     "rounds": rounds played, "failure": None or why the chunk stopped early}``; ``report(k)``
     is called every 50 rounds with the rounds played since the last call.  A
@@ -233,6 +234,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
     checkpoints = sorted(set(int(n) for n in setting.n))
     error = np.full((len(checkpoints), n_trials, k), np.nan)
     bias = np.full((len(checkpoints), n_trials), np.nan)
+    share = np.full((len(checkpoints), n_trials), np.nan)
     min_prop = np.full(n_trials, np.nan)
     min_chosen = np.full(n_trials, np.nan)
     env = stack.env
@@ -270,6 +272,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
         if n in checkpoints:
             error[checkpoints.index(n)] = stack.estimation_error()
             bias[checkpoints.index(n)] = stack.value_bias()
+            share[checkpoints.index(n)] = stack.round_share()
     if report is not None and pending:
         report(pending)
     check = getattr(stack.owner, "warm_start_check", None)
@@ -279,6 +282,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
         "readers": {r.name: r.result() for r in active},
         "estimation_error": error,
         "value_bias": bias,
+        "round_share": share,
         "min_propensity": min_prop,
         "min_chosen_propensity": min_chosen,
         "warm_start_ratio": ratio.reshape(n_trials, k),
@@ -293,6 +297,7 @@ DIAGNOSTIC_AXES = {
     "min_propensity": 0,
     "min_chosen_propensity": 0,
     "value_bias": 1,
+    "round_share": 1,
     "warm_start_ratio": 0,
 }
 

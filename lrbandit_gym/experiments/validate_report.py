@@ -20,6 +20,7 @@ import numpy as np
 from scipy import stats
 
 from inference.played_regret import WARN_RATIO
+from inference.weight_share import SHARE_LIMIT
 from inference.wrapper_base import SMALL_PROPENSITY
 from lrbandit_gym.experiments.coverage import format_coverage
 
@@ -205,7 +206,9 @@ class ValidationResult:
         ``‖M̂_a − M_a‖_F`` of the estimate inference reads, ``(checkpoints, trials, K)``
         (NaN for a policy without one); ``value_bias`` ``(checkpoints, trials)``, the ``V*``
         regret correction over its standard error (:meth:`InferenceStack.value_bias`, NaN
-        without it); ``min_propensity`` (trials,), the smallest
+        without it); ``round_share`` ``(checkpoints, trials)``, the parameter intervals'
+        largest Lindeberg share over the arms (:mod:`inference.weight_share`, NaN without
+        them); ``min_propensity`` (trials,), the smallest
         probability any arm had in any round of inference; ``min_chosen_propensity``
         (trials,), the smallest probability of an arm the policy chose; ``warm_start_ratio``
         (trials, K): the held-out check of the warm start
@@ -371,7 +374,36 @@ class ValidationResult:
         chosen = a.get("min_chosen_propensity")
         if chosen is not None and np.isfinite(chosen).any():
             lines.append(self._small_propensity_line(chosen))
+        share = a.get("round_share")
+        if share is not None and np.isfinite(share).any():
+            lines.append(self._round_share_line(share))
         return "\n".join(lines)
+
+    def _round_share_line(self, share: np.ndarray) -> str:
+        """Per checkpoint, how many trials' parameter read-outs warned that one round holds
+        over :data:`~inference.weight_share.SHARE_LIMIT` of an arm's predictable variance
+        (Lindeberg's condition), and how the parameter intervals of the others covered."""
+        parts = []
+        for c, n in enumerate(self.arrays["checkpoints"]):
+            heavy = share[c] > SHARE_LIMIT
+            part = (
+                f"n = {n}: {heavy.mean():.0%} of trials (median share {np.nanmedian(share[c]):.2g})"
+            )
+            covered = [
+                found
+                for j, q in enumerate(self.quantities)
+                if q.target is not None and heavy.any() and not heavy.all()
+                for found in [self._covered_in(c, j, ~heavy)[0]]
+                if found is not None
+            ]
+            if covered:
+                part += f", the others covered {min(covered):.3f}–{max(covered):.3f}"
+            parts.append(part)
+        return (
+            f"Lindeberg check (one round above {SHARE_LIMIT:g} of an arm's predictable "
+            "variance: SmallPropensityWarning at the parameter read-outs; docs/method.md §8): "
+            + "; ".join(parts)
+        )
 
     def _small_propensity_line(self, chosen: np.ndarray) -> str:
         """How many trials raised :class:`~inference.SmallPropensityWarning` (a chosen arm's

@@ -143,6 +143,13 @@ class InferenceStack:
             se = np.asarray(self.value.core.interval().standard_error, dtype=float)
         return regret / np.sqrt(se * se + variance)
 
+    def round_share(self) -> np.ndarray:
+        """The parameter intervals' largest Lindeberg share over the arms, ``(B,)`` (NaN
+        without parameter inference): above ``SHARE_LIMIT`` their read-outs warn."""
+        if self.parameters is None:
+            return np.full(self.env.num_envs, np.nan)
+        return np.asarray(self.parameters.core.round_shares()).max(axis=-1)
+
     def estimation_error(self) -> np.ndarray:
         """``‖M̂_a − M_a‖_F`` of the estimate inference reads, ``(B, K)``."""
         est = np.asarray(self.estimator.estimates)

@@ -280,11 +280,18 @@ class PolicyValueInference:
         return g
 
     def commit(self, g: np.ndarray) -> None:
-        """Add the terms from :meth:`propose` (cannot fail)."""
+        """Add the terms from :meth:`propose` (cannot fail).
+
+        The round's variance factors for the Lindeberg check come with the terms of the
+        last :meth:`propose`; terms from elsewhere leave the check without them, and it
+        stays silent from then on (:meth:`WeightShare.forget`) rather than read a partial
+        sum."""
         self._sum_g += g
         self._sum_gg += g[:, :, None] * g[:, None, :]
         if self._staged is not None and self._staged[0] is g:
             self._weights.add(self._staged[1])
+        else:
+            self._weights.forget()
         self._staged = None
         self._n += 1
 

@@ -65,6 +65,11 @@ class WeightShare:
         self._sum += factors
         np.maximum(self._max, factors, out=self._max)
 
+    def forget(self) -> None:
+        """Mark the sums unknown (NaN): a round entered without its factors."""
+        self._sum.fill(np.nan)
+        self._max.fill(np.nan)
+
     def shares(self) -> np.ndarray:
         """``share_n`` of (L), ``(B, m)``: NaN before the first round and where the state
         came from a version that did not keep it; 1 where a factor is infinite."""
@@ -77,7 +82,7 @@ class WeightShare:
 
     def check_state(self, state: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         """Validated copies of ``state``'s two arrays, changing nothing; NaN arrays for a
-        state saved without them (the check then stays silent until the next reset).
+        state saved without them or after :meth:`forget` (the check then stays silent).
 
         Raises
         ------
@@ -99,10 +104,14 @@ class WeightShare:
                 raise ValueError(
                     f"state[{key!r}] must have shape {self._sum.shape}, got {arr.shape}"
                 )
-            if not (arr >= 0).all():
-                raise ValueError(f"state[{key!r}] must be >= 0 (inf allowed), got {arr!r}")
+            if not ((arr >= 0).all() or np.isnan(arr).all()):
+                raise ValueError(
+                    f"state[{key!r}] must be >= 0 (inf allowed), or NaN throughout, got {arr!r}"
+                )
             arrays.append(arr)
         total, top = arrays
+        if np.isnan(total).all() and np.isnan(top).all():
+            return total, top  # unknown (forget), as saved
         if (top > total).any():
             raise ValueError("state['weight_max'] exceeds state['weight_sum'] somewhere")
         return total, top

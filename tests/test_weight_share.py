@@ -133,3 +133,21 @@ def test_policy_value_warns_for_the_target_that_plays_the_rare_arm():
     restored.load_state_dict(pv.state_dict())
     with pytest.warns(SmallPropensityWarning):
         restored.interval("arm 1")
+
+
+def test_policy_value_terms_from_elsewhere_silence_the_check_and_still_save():
+    pv = PolicyValueInference(2, ["arm 1"])
+    targets = np.array([[0.0, 1.0]])
+    pv.update(np.zeros(2), 0, 0.0, np.array([1 - 1e-6, 1e-6]), targets)
+    pv.update(np.zeros(2), 1, 1.0, np.array([0.5, 0.5]), targets)
+    with pytest.warns(SmallPropensityWarning):
+        pv.interval("arm 1")
+    pv.commit(np.ones((1, 1)))  # terms no propose() computed: their factors are unknown
+    state = pv.state_dict()
+    assert np.isnan(state["weight_sum"]).all()
+    restored = PolicyValueInference(2, ["arm 1"])
+    restored.load_state_dict(state)
+    for core in (pv, restored):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SmallPropensityWarning)
+            core.interval("arm 1")

@@ -268,13 +268,26 @@ def test_diagnostics_give_the_v_star_coverage_of_the_trials_without_a_warning():
         assert float(share) == pytest.approx(covered.mean(), abs=5e-4)
 
 
+def _assert_quiet_coverage(line: str, result, quiet: np.ndarray) -> None:
+    """The first "covered LO–HI" of a diagnostics ``line`` is the range of the parameter
+    intervals' coverage over the ``quiet`` trials at the first checkpoint."""
+    import re
+
+    a = result.arrays
+    lo, hi = map(float, re.findall(r"covered ([0-9.]+)–([0-9.]+)", line)[0])
+    params = [j for j, q in enumerate(result.quantities) if q.target is not None]
+    truth = np.array([result.quantities[j].truth for j in params])[:, None]
+    held = (a["low"][0, params][:, quiet] <= truth) & (truth <= a["high"][0, params][:, quiet])
+    assert lo == pytest.approx(held.mean(axis=1).min(), abs=5e-4)
+    assert hi == pytest.approx(held.mean(axis=1).max(), abs=5e-4)
+
+
 def test_diagnostics_count_small_propensity_warnings_and_the_quiet_trials_coverage():
     """Each trial's smallest chosen propensity is recorded (ε-greedy: ε/K or 1 − ε + ε/K
     exactly), and the small-propensity line counts the trials below SMALL_PROPENSITY (where
     the wrappers raise SmallPropensityWarning) and gives the parameter coverage of the
     others, from the per-trial intervals."""
     import dataclasses
-    import re
 
     from inference.wrapper_base import SMALL_PROPENSITY
 
@@ -293,12 +306,7 @@ def test_diagnostics_count_small_propensity_warnings_and_the_quiet_trials_covera
     a["min_chosen_propensity"] = np.where(small, SMALL_PROPENSITY / 2, chosen)
     line = dataclasses.replace(result, arrays=a)._small_propensity_line(a["min_chosen_propensity"])
     assert "in 50% of trials" in line and "of the 8 trials without it" in line
-    lo, hi = map(float, re.findall(r"covered ([0-9.]+)–([0-9.]+)", line)[0])
-    params = [j for j, q in enumerate(result.quantities) if q.target is not None]
-    truth = np.array([result.quantities[j].truth for j in params])[:, None]
-    held = (a["low"][0, params][:, ~small] <= truth) & (truth <= a["high"][0, params][:, ~small])
-    assert lo == pytest.approx(held.mean(axis=1).min(), abs=5e-4)
-    assert hi == pytest.approx(held.mean(axis=1).max(), abs=5e-4)
+    _assert_quiet_coverage(line, result, ~small)
 
 
 def test_diagnostics_give_the_lindeberg_share_and_the_quiet_trials_coverage():
@@ -307,7 +315,6 @@ def test_diagnostics_give_the_lindeberg_share_and_the_quiet_trials_coverage():
     and the line counts the trials above SHARE_LIMIT, whose read-outs warn, and gives the
     parameter coverage of the others."""
     import dataclasses
-    import re
 
     from inference.weight_share import SHARE_LIMIT
 
@@ -327,12 +334,7 @@ def test_diagnostics_give_the_lindeberg_share_and_the_quiet_trials_coverage():
     a["round_share"] = np.where(heavy, 2 * SHARE_LIMIT, share)
     line = dataclasses.replace(result, arrays=a)._round_share_line(a["round_share"])
     assert "n = 60: 50% of trials" in line and "n = 120: 50% of trials" in line
-    lo, hi = map(float, re.findall(r"covered ([0-9.]+)–([0-9.]+)", line)[0])
-    params = [j for j, q in enumerate(result.quantities) if q.target is not None]
-    truth = np.array([result.quantities[j].truth for j in params])[:, None]
-    held = (a["low"][0, params][:, ~heavy] <= truth) & (truth <= a["high"][0, params][:, ~heavy])
-    assert lo == pytest.approx(held.mean(axis=1).min(), abs=5e-4)
-    assert hi == pytest.approx(held.mean(axis=1).max(), abs=5e-4)
+    _assert_quiet_coverage(line, result, ~heavy)
 
 
 def test_out_folder_holds_every_trial_and_step_gain_reaches_the_policy(tmp_path, capsys):

@@ -49,7 +49,7 @@ from agents.balancing import balance
 from agents.divergence import DIVERGENCE_FACTOR
 from agents.estimator_factors import FactorStore, ProposedStep, PulledArms
 from agents.estimator_state import EstimatorPersistence
-from agents.step_size import normalized_step, resolve_step, schedule
+from agents.step_size import continuing_gain, normalized_step, resolve_step, schedule
 from lrbandit_gym import engine
 from lrbandit_gym.input_checks import (
     check_actions,
@@ -198,6 +198,10 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         self.c = float(d1 * d2) if self.context == "completion" else 1.0
         # The factors, the round's products and the counters (agents.estimator_factors).
         super().__init__(d1, d2, rank, n_actions, n_trials)
+        # Set by initialize(): the warm start behind M_init and Σ_t 1{a_t=a}/π_t(a)², read
+        # by the step's warm-start cap (agents.step_size.continuing_gain).
+        self._prior_rounds = 0
+        self._square_weight_sum = np.zeros((self._B, n_actions))
         # Divergence bound per trial, set by initialize() unless given (agents.divergence).
         self._sv_bound = np.full(self._B, divergence.fixed_bound(self.max_singular_value_setting))
 
@@ -249,6 +253,14 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
             return self.step_size(self._counts[self._trials, a] + 1) * self.c
         t = self._t + 1 if known else self._counts[self._trials, a] + 1
         sched = schedule(t, self.step_offset, self.step_decay)
+        if known and self._prior_rounds:
+            # Never faster than the step that continues the warm start's average.
+            w = 1.0 / propensities[self._trials, a]
+            mean_square = (self._square_weight_sum[self._trials, a] + w * w) / t
+            cap = continuing_gain(
+                self._prior_rounds, mean_square, self.n_actions, t, self.d1, self.d2, self.rank
+            )
+            sched = np.minimum(sched, cap / self.step_gain)
         eta = normalized_step(self.step_gain, sched, self._sv, a, self.d1, self.d2)
         return eta * self.c / propensities[self._trials, a] if known else eta * self.c
 
@@ -260,7 +272,7 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
             )
 
     # ------------------------------------------------------------------ initialisation
-    def initialize(self, M_init: Any) -> None:
+    def initialize(self, M_init: Any, *, prior_rounds: int = 0) -> None:
         """Set the factors from initial estimates by eq. (10).
 
         ``U_0 = W_U D^{1/2}``, ``V_0 = W_V D^{1/2}`` from the top-r SVD ``W_U D W_V^T`` of
@@ -272,12 +284,20 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         M_init : array_like of shape (K, d1, d2) or (B, K, d1, d2)
             Initial estimates (need not have rank r: they are truncated).  In batched mode
             a ``(K, d1, d2)`` array is used for every trial.
+        prior_rounds : int, default 0
+            Uniformly explored rounds that ``M_init`` was fitted on (a warm start's
+            length).  With the scale-free step and known propensities the step then never
+            exceeds the gain that continues their average
+            (:func:`agents.step_size.continuing_gain`); 0 (an estimate from elsewhere): no
+            such cap.
 
         Raises
         ------
         ValueError
-            If ``M_init`` has the wrong shape or non-finite entries (nothing changes then).
+            If ``M_init`` has the wrong shape or non-finite entries, or ``prior_rounds`` is
+            not a non-negative integer (nothing changes then).
         """
+        prior_rounds = check_positive_int(prior_rounds, "prior_rounds", minimum=0)
         K, d1, d2 = self.n_actions, self.d1, self.d2
         try:
             M = np.asarray(M_init, dtype=np.float64)
@@ -313,6 +333,8 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         self._sv_bound = divergence.initial_bound(
             self._sv, self.max_singular_value_setting, self._B
         )
+        self._prior_rounds = prior_rounds
+        self._square_weight_sum = np.zeros((self._B, K))
 
     # ------------------------------------------------------------------ the update
     def update(
@@ -491,7 +513,19 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
             self._version,
             id(self),
             Xb.index if isinstance(Xb, OneHotContexts) else None,
+            self._square_weights(a, round_.propensities),
         )
+
+    def _square_weights(self, a: np.ndarray, propensities: np.ndarray) -> np.ndarray | None:
+        """``1{a_t = a}/π_t(a)²`` of every arm, ``(B, K)`` (None without known
+        propensities): the round's share of the realized variance factor that the step's
+        warm-start cap reads."""
+        if self.propensities != "known":
+            return None
+        out = np.zeros((self._B, self.n_actions))
+        w = 1.0 / propensities[self._trials, a]
+        out[self._trials, a] = w * w
+        return out
 
     # ------------------------------------------------------------------ read-outs
     def predict(self, X: Any) -> np.ndarray:

@@ -95,6 +95,10 @@ class ProposedStep(NamedTuple):
         ``(j, k)`` of each trial's one-hot context ``e_j e_kᵀ``: the step changes ``U_a``
         only in row ``j`` and ``V_a`` only in row ``k`` (before the balancing, which leaves
         ``U_a V_aᵀ`` unchanged elsewhere).  None for dense contexts.
+    square_weights : ndarray of shape (B, K), or None
+        ``1{a_t = a}/π_t(a)²`` of every arm, added to the running sum that the step's
+        warm-start cap reads (:func:`agents.step_size.continuing_gain`); None without
+        known propensities.
     """
 
     actions: np.ndarray
@@ -105,6 +109,7 @@ class ProposedStep(NamedTuple):
     version: int
     owner: int
     support: np.ndarray | None = None
+    square_weights: np.ndarray | None = None
 
 
 class FactorStore:
@@ -375,6 +380,8 @@ class FactorStore:
             self._product_cache.invalidate()
         else:
             self._store_pulled(a, proposed.U, proposed.V, proposed.sv)
+        if proposed.square_weights is not None:
+            self._square_weight_sum += proposed.square_weights
         self._version += 1
         return proposed.residuals
 

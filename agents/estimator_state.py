@@ -88,8 +88,9 @@ class EstimatorPersistence:
             unbatched), ``context``, ``step_scale``, ``step_offset``, ``step_decay``,
             ``propensities``, ``step_gain``) and state (``U``, ``V``, ``singular_values``
             ``(B, K, r)``, ``counts`` ``(B, K)`` int64, ``t``, ``initialized``,
-            ``max_singular_value``: the divergence bound per trial), always in the internal
-            batched layout.
+            ``max_singular_value``: the divergence bound per trial, ``prior_rounds`` and
+            ``square_weight_sum`` ``(B, K)``: the step's warm-start cap), always in the
+            internal batched layout.
         """
         return {
             **self._config(),
@@ -100,6 +101,8 @@ class EstimatorPersistence:
             "t": int(self._t),
             "initialized": bool(self._initialized),
             "max_singular_value": self._sv_bound.copy(),
+            "prior_rounds": int(self._prior_rounds),
+            "square_weight_sum": self._square_weight_sum.copy(),
         }
 
     def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -200,6 +203,18 @@ class EstimatorPersistence:
             bound = initial_bound(sv, setting, B)
         else:
             bound = np.full(B, fixed_bound(setting))
+        # The step's warm-start cap (agents.step_size.continuing_gain); a state saved before
+        # it loads without the cap.
+        prior = read_int(state.get("prior_rounds", 0), "state['prior_rounds']")
+        try:
+            square = np.asarray(state.get("square_weight_sum", np.zeros((B, K))), dtype=float)
+        except (TypeError, ValueError):
+            square = np.full(1, np.nan)
+        if square.shape != (B, K) or not (square >= 0).all():
+            raise ValueError(
+                f"state['square_weight_sum'] must be a non-negative array of shape {(B, K)} "
+                f"(inf allowed), got {square!r}"
+            )
         return {
             "U": arrays["U"],
             "V": arrays["V"],
@@ -208,6 +223,8 @@ class EstimatorPersistence:
             "t": t,
             "initialized": initialized,
             "max_singular_value": bound,
+            "prior_rounds": prior,
+            "square_weight_sum": np.array(square, dtype=np.float64, copy=True),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -229,6 +246,8 @@ class EstimatorPersistence:
             checked["initialized"],
         )
         self._sv_bound = checked["max_singular_value"]
+        self._prior_rounds = checked["prior_rounds"]
+        self._square_weight_sum = checked["square_weight_sum"]
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Any:

@@ -238,7 +238,8 @@ class LowRankPolicy(PolicyBase):
             return
         M_init, check = finished
         try:
-            self.estimator.initialize(M_init)
+            # The warm start's rounds cap the SGD's step (agents.step_size.continuing_gain).
+            self.estimator.initialize(M_init, prior_rounds=warm.rounds)
         except BaseException:
             warm.discard_last()
             raise

@@ -448,9 +448,9 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
             f"of {regret[i]:.3g} = {ratio[i]:.2f} standard errors{where}, so V_hat may sit "
             "below V* by about that much. The interval allows for it (V* between V_hat and "
             "V_hat + regret, docs/method.md §10), at the price of width. "
-            "Lengthen the warm start and lower the SGD's step with it (warm_start=, "
-            "step_gain=: at the default gain the SGD's own noise undoes a longer warm "
-            "start), explore more (epsilon=), or read the value "
+            "Lengthen the warm start (warm_start=: the SGD's step is capped to continue "
+            "its average), lower the step (step_gain=), explore more (epsilon=), or read "
+            "the value "
             "of the rules actually played, which is covered whatever their regret: "
             "PolicyEvaluation(env, {'greedy': 'greedy'}, estimator=...)",
             ValueBiasWarning,

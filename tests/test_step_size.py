@@ -58,6 +58,77 @@ def test_scale_free_step_is_the_gain_over_the_context_and_parameter_scale(contex
         np.testing.assert_allclose(e.estimates[a], expected, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("prior", [0, 40, 4000])
+def test_after_a_warm_start_the_step_is_capped_to_continue_its_average(prior):
+    """Round t of an estimator whose M_init stands on ``prior`` uniform rounds takes the
+    smaller of the schedule's gain and (d1 + d2) r / (prior v̄ / K + t), with v̄ the mean of
+    1{a_s = a}/π_s(a)² over the online rounds (docs/method.md §3, "The cap after a warm
+    start"); exact, through the factored step of eq. (8), at the first two rounds."""
+    rng = np.random.default_rng(3)
+    d1, d2, r, K = 9, 7, 2, 2
+    M = 3.0 * np.stack([rng.standard_normal((d1, r)) @ rng.standard_normal((r, d2))] * K)
+    est = LowRankSGD(d1, d2, r, n_actions=K)
+    est.initialize(M, prior_rounds=prior)
+    p = np.array([0.25, 0.75])
+    square = 0.0  # Σ_s 1{a_s = 1}/π_s(1)² over the rounds before
+    for t, a in ((1, 1), (2, 1)):
+        X = rng.standard_normal((d1, d2))
+        before = est.estimates
+        nu = np.linalg.svd(before[a], compute_uv=False)[:r].sum()
+        square += 1 / p[a] ** 2
+        cap = (d1 + d2) * r / (prior * (square / t) / K + t) if prior else np.inf
+        gain = min(DEFAULT_STEP_GAIN, cap)  # the schedule is flat up to t* = 300
+        coef = gain / ((d1 + d2) * nu * p[a])
+        expected = _one_step(est, before, X, a, 0.3, p)(coef)
+        est.update(X, action=a, reward=0.3, propensities=p)
+        np.testing.assert_allclose(est.estimates[a], expected, rtol=1e-9, atol=1e-12)
+    if prior == 4000:
+        assert cap < DEFAULT_STEP_GAIN / 3  # the cap binds
+    state = est.state_dict()
+    assert state["prior_rounds"] == prior
+    np.testing.assert_allclose(state["square_weight_sum"], [[0.0, square]])
+
+
+def test_the_cap_survives_a_save_and_a_state_saved_before_it_has_none():
+    rng = np.random.default_rng(4)
+    M = rng.standard_normal((2, 6, 5))
+    est = LowRankSGD(6, 5, 1)
+    est.initialize(M, prior_rounds=4000)
+    p = np.array([0.5, 0.5])
+    for _ in range(3):
+        est.update(rng.standard_normal((6, 5)), 0, 0.1, p)
+    X = rng.standard_normal((6, 5))
+    restored = LowRankSGD(6, 5, 1)
+    restored.load_state_dict(est.state_dict())
+    old = {
+        k: v for k, v in est.state_dict().items() if k not in ("prior_rounds", "square_weight_sum")
+    }
+    uncapped = LowRankSGD(6, 5, 1)
+    uncapped.load_state_dict(old)
+    for e in (est, restored, uncapped):
+        e.update(X, 0, 0.1, p)
+    np.testing.assert_array_equal(restored.estimates, est.estimates)
+    assert not np.allclose(uncapped.estimates, est.estimates)
+    with pytest.raises(ValueError, match="square_weight_sum"):
+        restored.load_state_dict({**est.state_dict(), "square_weight_sum": -np.ones((1, 2))})
+    with pytest.raises(ValueError, match="prior_rounds"):
+        LowRankSGD(6, 5, 1).initialize(M, prior_rounds=-1)
+
+
+def test_a_policy_passes_its_warm_start_to_the_cap():
+    import gymnasium as gym
+
+    env = gym.make("MatrixContextBandit-v0", d1=5, d2=4, rank=1)
+    agent = EpsilonGreedy(env, rank=1, warm_start=150, seed=0)
+    obs, _ = env.reset(seed=0)
+    while agent.in_warm_start:
+        d = agent.act(obs)
+        nxt, reward, *_ = env.step(d)
+        agent.update(obs, d, reward)
+        obs = nxt
+    assert agent.estimator.state_dict()["prior_rounds"] == 150
+
+
 def test_absolute_step_is_unchanged_and_exclusive():
     rng = np.random.default_rng(1)
     M = rng.standard_normal((2, 6, 5))

@@ -63,7 +63,7 @@ def warm_started(noise_std, seed=0, **kwargs):
 def test_extends_at_low_signal_and_not_at_high():
     _, quiet, _ = warm_started(0.1)
     assert quiet.warm_start_rounds == DEFAULT
-    assert np.median(quiet._warm_start.noise_to_signal) < MAX_NOISE_TO_SIGNAL / 4
+    assert np.median(quiet._warm_start.noise_to_signal) < MAX_NOISE_TO_SIGNAL / 2
     _, noisy, _ = warm_started(1.0)
     assert noisy.warm_start_rounds > DEFAULT
     assert noisy.warm_start_rounds <= MAX_EXTENSION * DEFAULT
@@ -139,7 +139,7 @@ def test_with_more_arms_only_the_comparisons_that_decide_count():
         recommended=400,
     )
     ratio = noise_to_signal(M, check, X, np.ones((1, 200)))[0]
-    assert ratio < MAX_NOISE_TO_SIGNAL / 100
+    assert ratio < MAX_NOISE_TO_SIGNAL / 50
     M[0, 0, 0, 0] = -10.0  # now arms 1 and 2 are compared, and nothing tells them apart
     assert noise_to_signal(M, check, X, np.ones((1, 200)))[0] == np.inf
 

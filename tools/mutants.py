@@ -181,6 +181,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_bounded_interval.py", "tests/test_played_regret.py"),
     ),
     Mutant(
+        "step_cap_ignored",
+        "the SGD's step ignores the cap that continues the warm start's average",
+        "agents/estimator.py",
+        "sched = np.minimum(sched, cap / self.step_gain)",
+        "sched = sched + 0 * cap",
+        ("tests/test_step_size.py",),
+    ),
+    Mutant(
         "lindeberg_mean_not_max",
         "the Lindeberg check reads the mean factor instead of the largest (never warns)",
         "inference/weight_share.py",

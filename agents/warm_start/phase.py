@@ -26,7 +26,7 @@ the first rounds it sees, weighted by ``1/π`` (:mod:`inference.wrapper_base`). 
    theory (:mod:`agents.warm_start.check`), on stored rounds.  For an extending default
    phase, also its error against the gaps between the arms its greedy rules compare, the
    noise-to-signal ratio ``ρ²`` of :mod:`agents.warm_start.extension`: while at
-   least half of the trials have ``ρ² > 1/16`` the phase doubles its length (at most 8
+   least half of the trials have ``ρ² > 1/64`` the phase doubles its length (at most 8
    times the default, within ``max_memory_bytes``), keeps its rounds and goes on; the
    fit and the measure run again when the longer store is full.
 5. **Rollback.**  If the fit or the check fails, the round that completed the phase is

@@ -255,8 +255,12 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         sched = schedule(t, self.step_offset, self.step_decay)
         if known and self._prior_rounds:
             # Never faster than the step that continues the warm start's average.
-            w = 1.0 / propensities[self._trials, a]
-            mean_square = (self._square_weight_sum[self._trials, a] + w * w) / t
+            if self.n_trials is None:  # one trial: scalars, cheaper than (1,) gathers
+                w = 1.0 / float(propensities[0, a[0]])
+                mean_square = (float(self._square_weight_sum[0, a[0]]) + w * w) / t
+            else:
+                w = 1.0 / propensities[self._trials, a]
+                mean_square = (self._square_weight_sum[self._trials, a] + w * w) / t
             cap = continuing_gain(
                 self._prior_rounds, mean_square, self.n_actions, t, self.d1, self.d2, self.rank
             )
@@ -523,6 +527,10 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         if self.propensities != "known":
             return None
         out = np.zeros((self._B, self.n_actions))
+        if self.n_trials is None:
+            w = 1.0 / float(propensities[0, a[0]])
+            out[0, a[0]] = w * w  # as the batched path computes it, bit for bit
+            return out
         w = 1.0 / propensities[self._trials, a]
         out[self._trials, a] = w * w
         return out

@@ -225,17 +225,23 @@ def test_use_before_initialize_raises():
 
 # --------------------------------------------------------------------------- batching
 @pytest.mark.parametrize("propensities", ["known", "unknown"])
-def test_batched_equals_separate_unbatched(propensities):
+@pytest.mark.parametrize("step", ["absolute", "capped"])
+def test_batched_equals_separate_unbatched(propensities, step):
+    """Also with the scale-free step capped after a warm start (prior_rounds), whose
+    unbatched path computes in scalars."""
     rng = np.random.default_rng(6)
     B, d1, d2, r, K = 5, 8, 6, 2, 3
     truth = np.stack([[_low_rank(rng, d1, d2, r) for _ in range(K)] for _ in range(B)])
     M_init = truth + 0.3 * rng.standard_normal((B, K, d1, d2))
-    kw = dict(propensities=propensities, step_scale=0.01, step_offset=2, step_decay=0.7)
+    kw = dict(propensities=propensities)
+    if step == "absolute":
+        kw.update(step_scale=0.01, step_offset=2, step_decay=0.7)
+    prior = 500 if step == "capped" else 0
     batched = LowRankSGD(d1, d2, r, K, n_trials=B, **kw)
-    batched.initialize(M_init)
+    batched.initialize(M_init, prior_rounds=prior)
     singles = [LowRankSGD(d1, d2, r, K, **kw) for _ in range(B)]
     for b, est in enumerate(singles):
-        est.initialize(M_init[b])
+        est.initialize(M_init[b], prior_rounds=prior)
     for _ in range(40):
         X = rng.standard_normal((B, d1, d2))
         a = rng.integers(0, K, B)  # different arms in different trials

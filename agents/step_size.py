@@ -43,16 +43,15 @@ gain ``κ`` shrinks the error by ``κ / ((d1 + d2) r)`` on average (equal singul
 the Robbins–Monro step that averages optimally is ``1/(n_t)`` per direction, with ``n_t`` the
 rounds the estimate already holds.  A uniform warm-start round and an inverse-propensity
 weighted round do not hold the same information: the variance of an arm's weighted
-gradient is proportional to ``1/π_t(a)``, ``K`` for a uniform round, so ``n0`` warm-start
-rounds are worth ``n0 v̄_a / K`` online rounds, with ``v̄_a`` the running mean of
-``1/π_t(a)``.  Hence the cap
+gradient is proportional to the realized factor ``1{a_t = a}/π_t(a)²``, whose mean is ``K``
+for a uniform round, so ``n0`` warm-start rounds are worth ``n0 v̄_a / K`` online rounds,
+with ``v̄_a`` the running mean of that factor.  Hence the cap
 
     κ_{t,a} ≤ (d1 + d2) r / (n0 v̄_a / K + t).
 
-Without it the default gain's stationary noise undoes a long warm start: in the grid's
-``five-arms`` setting 1000 rounds at gain 0.03 bring a 3000-round warm start's error from
-0.06 back to 0.11 (docs/method.md §10).  At the paper's size the cap is above the decaying
-schedule and changes nothing; a user's ``M_init`` without a warm start has ``n0 = 0`` and
+Without it the default gain's stationary noise undoes a long warm start (docs/method.md §3,
+"The cap after a warm start", and §10 for the measurements).  At the paper's size the cap
+is above the decaying schedule; a user's ``M_init`` without a warm start has ``n0 = 0`` and
 no cap.
 """
 
@@ -111,7 +110,7 @@ def schedule(t: np.ndarray | float, step_offset: float, step_decay: float) -> np
 
 def continuing_gain(
     prior_rounds: int,
-    mean_inverse: np.ndarray,
+    mean_square_weight: np.ndarray | float,
     n_actions: int,
     t: int,
     d1: int,
@@ -125,9 +124,9 @@ def continuing_gain(
     ----------
     prior_rounds : int
         ``n0``: the uniform warm-start rounds behind the initial estimate.
-    mean_inverse : ndarray of shape (B,)
-        ``v̄_a``: the mean of ``1/π_s(a)`` over the online rounds ``s <= t``, at the pulled
-        arm of every trial.
+    mean_square_weight : ndarray of shape (B,), or float
+        ``v̄_a``: the mean of ``1{a_s = a}/π_s(a)²`` over the online rounds ``s <= t``, at
+        the pulled arm of every trial.
     n_actions : int
         ``K``.
     t : int
@@ -135,7 +134,7 @@ def continuing_gain(
     d1, d2, rank : int
         Context shape and rank ``r``.
     """
-    return (d1 + d2) * rank / (prior_rounds * mean_inverse / n_actions + t)
+    return (d1 + d2) * rank / (prior_rounds * mean_square_weight / n_actions + t)
 
 
 def normalized_step(

@@ -33,11 +33,11 @@ more rounds.  :data:`MAX_NOISE_TO_SIGNAL` = 1/64 (``ρ = 1/8``: with two arms at
 of contexts decided the other way) is the largest ratio the default accepts.  The greedy
 rules' regret grows like ``ρ²`` (the share of contexts decided the other way, times the
 gap on them, both of order ``ρ``), and ``V̂`` of Section 4 sits below ``V*`` by the mean
-regret of the rules played (docs/method.md §10): at 1/16 that bias was 0.4 standard errors
-in the grid's ``five-arms`` setting, at 1/64 (with the step that continues the warm start's
-average, :func:`agents.step_size.continuing_gain`) about 0.1.  An arm that
-the check cannot measure (too few rounds) has ``e_a = inf``, and arms whose fitted
-predictions coincide leave no gap: both ask for more rounds.
+regret of the rules played; with the step that continues the warm start's average
+(:func:`agents.step_size.continuing_gain`) this bound keeps that bias small against the
+standard error in the grid's settings (docs/method.md §3 and §10 give the measurements).
+An arm that the check cannot measure (too few rounds) has ``e_a = inf``, and arms whose
+fitted predictions coincide leave no gap: both ask for more rounds.
 
 The rule, :func:`extends`: after the default number of rounds, a trial *needs* more when
 ``ρ² > 1/64``; a batch of trials (which share one warm-start length: the trials of a vector

@@ -389,13 +389,7 @@ class ValidationResult:
             part = (
                 f"n = {n}: {heavy.mean():.0%} of trials (median share {np.nanmedian(share[c]):.2g})"
             )
-            covered = [
-                found
-                for j, q in enumerate(self.quantities)
-                if q.target is not None and heavy.any() and not heavy.all()
-                for found in [self._covered_in(c, j, ~heavy)[0]]
-                if found is not None
-            ]
+            covered = self._parameter_coverages([c], ~heavy) if 0 < heavy.sum() < heavy.size else []
             if covered:
                 part += f", the others covered {min(covered):.3f}–{max(covered):.3f}"
             parts.append(part)
@@ -418,14 +412,7 @@ class ValidationResult:
         if not small.any() or small.all():
             return line
         quiet = ~small
-        covered = []
-        for c in range(len(self.arrays["checkpoints"])):
-            for j, q in enumerate(self.quantities):
-                if q.target is None:  # V* and policy values: their own lines
-                    continue
-                share, _ = self._covered_in(c, j, quiet)
-                if share is not None:
-                    covered.append(share)
+        covered = self._parameter_coverages(range(len(self.arrays["checkpoints"])), quiet)
         if covered:
             line += (
                 f"; the parameter intervals of the {int(quiet.sum())} trials without it "
@@ -447,6 +434,18 @@ class ValidationResult:
             if share is not None:
                 out[int(n)] = f"; without a warning covered in {share:.3f} of {count}"
         return out
+
+    def _parameter_coverages(self, checkpoints, trials: np.ndarray) -> list[float]:
+        """The coverage of every parameter interval (``V*`` and policy values have their
+        own lines) at the checkpoints ``checkpoints``, over the trials selected by the
+        boolean mask ``trials``."""
+        found = (
+            self._covered_in(c, j, trials)[0]
+            for c in checkpoints
+            for j, q in enumerate(self.quantities)
+            if q.target is not None
+        )
+        return [share for share in found if share is not None]
 
     def _covered_in(self, c: int, j: int, trials: np.ndarray) -> tuple[float | None, int]:
         """``(coverage, trials read)`` of quantity ``j`` at checkpoint ``c`` over the trials

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from inference.context_check import ContextCheck
 from inference.debiased_sum import DebiasedSum
 from inference.linear_form_readout import LinearFormReadout
 from inference.linear_form_round import (
@@ -41,8 +42,10 @@ from inference.linear_form_round import (
     check_estimate_scale,
 )
 from inference.linear_form_state import LinearFormPersistence
+from inference.running_law import RunningSecondMoment
 from inference.tangent_space import TargetTriplets
 from inference.weight_share import WeightShare
+from lrbandit_gym.context_law import EntryLaw, IsotropicLaw, as_context_law
 from lrbandit_gym.input_checks import (
     check_actions,
     check_batch_vector,
@@ -90,6 +93,8 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
         point_estimate: str = "one-step",
         n_trials: int | None = None,
         ablation: str | None = None,
+        context_law: Any = None,
+        check_contexts: bool = True,
     ) -> None:
         if ablation not in _ABLATIONS:
             raise ValueError(f"ablation must be one of {_ABLATIONS}; got {ablation!r}")
@@ -107,7 +112,23 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
         names, stack = check_targets(targets, self.d1, self.d2)
         self._names = names
         self._T = np.ascontiguousarray(stack)
-        self.c = float(self.d1 * self.d2) if self.context == "completion" else 1.0
+        law = (
+            IsotropicLaw(self.d1, self.d2, self.context)
+            if context_law is None
+            else as_context_law(context_law, self.d1, self.d2)
+        )
+        if isinstance(law, EntryLaw) and self.context != "completion":
+            raise ValueError(
+                "context_law=EntryLaw(...) describes completion contexts; the contexts here "
+                f"are {self.context!r}"
+            )
+        #: The law of the contexts the debiasing divides by (docs/method.md §1).
+        self.context_law = law
+        #: ``c`` of ``Σ = I/c`` (1 or ``d1·d2``), or None for a law whose correction whitens.
+        self.c = law.isotropic_scale
+        if not isinstance(check_contexts, bool):
+            raise ValueError(f"check_contexts must be True or False; got {check_contexts!r}")
+        self.check_contexts = check_contexts
         # <G, X> = <T, X P_V> + <T, P_U X> - kappa <T, P_U X P_V> (see tangent_space).
         self._kappa = 2.0 if self.projection == "paper" else 1.0
         self._triplets = TargetTriplets.from_targets(self._T)
@@ -123,6 +144,10 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
         self._S2_sum = np.zeros((B, K, len(self._names)))  # n·Ŝ², eq. (14)
         self._pulls = np.zeros((B, K), dtype=np.int64)
         self._weights = WeightShare(B, K)  # Lindeberg's share of each arm (weight_share)
+        law = self.context_law
+        # The law in use: the given one, or a running estimate of it (running_law).
+        self._whitener = RunningSecondMoment(law, B) if law.estimated else law
+        self._check = ContextCheck(self.d1, self.d2, B, self._whitener)  # context_check
         self._cache: dict[tuple[str, int], np.ndarray] = {}
 
     @property
@@ -179,7 +204,8 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
         return (
             f"{type(self).__name__}(d1={self.d1}, d2={self.d2}, rank={self.rank}, "
             f"n_actions={self.n_actions}, targets={list(self._names)}, "
-            f"context={self.context!r}, projection={self.projection!r}, "
+            f"context={self.context!r}, context_law={self.context_law.name!r}, "
+            f"projection={self.projection!r}, "
             f"point_estimate={self.point_estimate!r}{batch}; "
             f"n_obs={self._n})"
         )
@@ -214,7 +240,21 @@ class LinearFormInference(LinearFormCore):
     targets : mapping of str to array_like of shape (d1, d2)
         The matrices ``T`` of interest, by name (all are tracked at once).
     context : {"gaussian", "completion"}, default "gaussian"
-        Sets ``c = 1`` or ``c = d1 d2`` (Appendix C; only the correction term carries it).
+        The contexts' form: dense matrices, or one-hot ``e_j e_kᵀ`` (also given by their
+        index); the default law is the simulator's of that name.
+    context_law : str or ContextLaw, optional
+        The law whose second moment ``Σ`` the correction divides by
+        (:mod:`lrbandit_gym.context_law`, docs/method.md §1): default the ``context``'s
+        (``Σ = I``, or ``I/(d1 d2)`` for completion: ``c·X_t`` with ``c = 1`` or ``d1 d2``);
+        ``"estimated"`` estimates ``Σ`` from the contexts as they arrive
+        (:meth:`observe_context` adds the rounds that do not enter the inference);
+        a :class:`~lrbandit_gym.context_law.KroneckerLaw`,
+        :class:`~lrbandit_gym.context_law.SecondMomentLaw` or
+        :class:`~lrbandit_gym.context_law.EntryLaw` gives ``Σ``.
+    check_contexts : bool, default True
+        Check every round's context against the law (:mod:`inference.context_check`) and
+        warn (:class:`~inference.context_check.ContextLawWarning`) at a read-out where they
+        do not match.
     projection : {"tangent", "paper"}, default "tangent"
         ``G_t`` in ``S^2``: "paper" is ``P_U⊥ T P_V + P_U T P_V⊥`` (eq. (14));
         "tangent" is the full tangent-space projection ``T - P_U⊥ T P_V⊥``, which also keeps

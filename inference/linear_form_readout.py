@@ -63,6 +63,14 @@ class LinearFormReadout:
             "log with more exploration (a higher softmax temperature, or epsilon-greedy).",
             stacklevel=4,
         )
+        if self.check_contexts:
+            self._check.warn(what, self.context_law.describe(), self.batched, stacklevel=5)
+
+    def context_flags(self) -> np.ndarray:
+        """Whether the contexts so far contradict the law in use
+        (:mod:`inference.context_check`): bool, ``()`` or ``(B,)``; every read-out of such
+        a trial warns (:class:`~inference.context_check.ContextLawWarning`)."""
+        return self._out(self._check.flagged())
 
     def _debiased(self, arm: int) -> np.ndarray:
         """``M^unbs_arm = (1/n) Σ_t M̃_{arm,t}``, shape (B, d1, d2); needs ``n > 0``."""

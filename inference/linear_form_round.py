@@ -26,6 +26,7 @@ import numpy as np
 from agents.estimator_products import one_hot_products
 from inference.tangent_space import pulled_arm_terms
 from lrbandit_gym import engine
+from lrbandit_gym.context_law import EntryLaw
 from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_matrix_stack
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 
@@ -84,6 +85,12 @@ class RoundTerms(NamedTuple):
     factors: np.ndarray | None = None
     """``1/π_t(a)`` of every arm, shape (B, K) (``inf`` where zero): the round's
     predictable variance factors (:mod:`inference.weight_share`)."""
+    whitened: Any = None
+    """``Σ⁻¹ vec X_t`` as matrices (B, d1, d2) under a law that is not ``I/c``; None when the
+    correction is ``c·X_t``."""
+    scale: Any = None
+    """The correction's scalar per trial (B,) under such a law (1 for a whitened dense
+    context, ``1/p_jk`` for an entry law); None for the core's ``c``."""
 
 
 def check_estimate_scale(U: np.ndarray, V: np.ndarray, batched: bool) -> None:
@@ -124,6 +131,13 @@ class LinearFormRound:
             if ctx is not None:
                 return ctx
         return Xb
+
+    def observe_context(self, X: Any) -> None:
+        """Add a round's context that does not enter the inference (a warm start's) to an
+        estimated law; nothing for a given law.  ``X``: the contexts in the batched layout
+        (B, d1, d2), or :class:`~lrbandit_gym.onehot.OneHotContexts`, already checked."""
+        if self._whitener.estimated:
+            self._whitener.observe(X)
 
     def changed_arms(self, U: np.ndarray, V: np.ndarray) -> np.ndarray:
         """Which arms' factors differ from the ones last absorbed.
@@ -194,6 +208,8 @@ class LinearFormRound:
         """
         changes, Ua, Va, products, balanced = estimate
         one_hot = isinstance(X, OneHotContexts)
+        if self.c is None:
+            return self._propose_whitened(estimate, X, action, reward, weight)
         compiled = balanced and products is not None and engine.compiled()
         if compiled:  # positional calls: the round's fixed cost is numba's dispatch
             from inference import _kernels
@@ -223,15 +239,49 @@ class LinearFormRound:
                     Ua, Va, X, self._triplets, self._kappa, balanced=balanced, products=products
                 )
                 res = reward - pred  # res_t = y_t − <M̂, X_t>
-                bad = self._refused(action, weight, res, g)
+                bad = self._refused(action, weight, res, g, self.c)
         if bad >= 0:
             self._refuse(bad, action, reward, weight, res, g)
         return RoundTerms(changes, X, action, weight, res, g, compiled, self.position)
 
-    def _refused(self, action, weight, res, g) -> int:
+    def _propose_whitened(self, estimate, X, action, reward, weight) -> RoundTerms:
+        """:meth:`_propose` under a law whose ``Σ`` is not ``I/c``: the residual reads
+        ``X_t``, the correction and ``<G_t, ·>`` read ``Σ⁻¹ vec X_t`` (docs/method.md §1),
+        whitened by the law before this round (an estimated one: from earlier contexts)."""
+        changes, Ua, Va, products, balanced = estimate
+        one_hot = isinstance(X, OneHotContexts)
+        if self._whitener.estimated and self._whitener.n == 0:
+            raise ValueError(
+                "context_law='estimated' has seen no context before this round, so it cannot "
+                "whiten it by earlier ones: give it the contexts of a warm start first "
+                "(observe_context; the inference wrappers give it every round they see)"
+            )
+        if one_hot and products is None:
+            products = (*one_hot_products(X, Ua, Va), None)
+        with np.errstate(over="ignore", invalid="ignore"):
+            pred, g = pulled_arm_terms(
+                Ua, Va, X, self._triplets, self._kappa, balanced=balanced, products=products
+            )
+            if one_hot and isinstance(self._whitener, EntryLaw):  # Σ⁻¹ e_j e_kᵀ = e_j e_kᵀ/p_jk
+                scale, whitened = self._whitener.entry_scale(X.rows, X.cols), None
+                g = g * scale[:, None]
+            else:
+                dense = X.dense() if one_hot else X
+                whitened = self._whitener.whiten(dense)
+                scale = np.ones(self._B)
+                _, g = pulled_arm_terms(Ua, Va, whitened, self._triplets, self._kappa)
+            res = reward - pred
+            bad = self._refused(action, weight, res, g, scale)
+        if bad >= 0:
+            self._refuse(bad, action, reward, weight, res, g)
+        return RoundTerms(
+            changes, X, action, weight, res, g, False, self.position, None, whitened, scale
+        )
+
+    def _refused(self, action, weight, res, g, c) -> int:
         """The first trial whose round the sums cannot absorb (numpy), or -1."""
         trials = np.arange(self._B)
-        cw = self.c * weight
+        cw = c * weight
         ok = np.isfinite(self._sigma_sum[trials, action] + weight * res * res)
         ok &= np.isfinite(self._S2_sum[trials, action] + (cw * cw)[:, None] * g * g).all(axis=1)
         ok &= np.abs(cw * res) <= MAX_MAGNITUDE
@@ -266,6 +316,8 @@ class LinearFormRound:
             )
         changes, X, action, weight, res, g = terms[:6]
         debias = self.ablation != "no_debias"
+        if self.check_contexts:
+            self._check.add(X)  # against the law before this round (context_check)
         if terms.compiled:
             from inference import _kernels
 
@@ -291,13 +343,17 @@ class LinearFormRound:
             trials = np.arange(self._B)
             # Σ_t M̂_{i,t−1}: the arms whose estimate moved queue the one they held.
             self._sum.hold(*changes)
-            cw = self.c * weight  # c·1{a_t=i}/π_t(i), at i = a_t
+            c = self.c if terms.scale is None else terms.scale
+            cw = c * weight  # c·1{a_t=i}/π_t(i), at i = a_t
             self._sigma_sum[trials, action] += weight * res * res  # σ̂², eq. (13)
             self._S2_sum[trials, action] += (cw * cw)[:, None] * g * g  # Ŝ², eq. (14)
-            if debias:  # M̃ = M̂ + c·1{a_t=i}/π_t(i)·res_t·X_t
-                self._sum.add_correction(action, X, cw * res)
+            if debias:  # M̃ = M̂ + c·1{a_t=i}/π_t(i)·res_t·X_t  (Σ⁻¹ vec X_t: whitened)
+                Xc = X if terms.whitened is None else terms.whitened
+                self._sum.add_correction(action, Xc, cw * res)
             self._pulls[trials, action] += weight > 0
         if terms.factors is not None:
             self._weights.add(terms.factors)
+        if self._whitener.estimated:
+            self._whitener.observe(X)
         self._n += 1
         self._cache.clear()

@@ -13,6 +13,7 @@ except Exception as exc:
 check_companion(_agents, "agents", "LowRankSGD")
 
 from inference.analyze import AnalysisResult, analyze  # noqa: E402
+from inference.context_check import ContextLawWarning  # noqa: E402
 from inference.exploration_only import ExplorationOnlyInference  # noqa: E402
 from inference.linear_form import LinearFormInference  # noqa: E402
 from inference.optimal_value import OptimalValueInference  # noqa: E402
@@ -34,6 +35,7 @@ from inference.wrappers import ParameterInference, VectorParameterInference  # n
 __all__ = [
     "GREEDY",
     "AnalysisResult",
+    "ContextLawWarning",
     "ExplorationOnlyInference",
     "InferenceCallback",
     "InsufficientDataWarning",

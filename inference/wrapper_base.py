@@ -370,6 +370,10 @@ class InferenceWrapperBase(WrapperState):
         step commits; returns what :meth:`_absorb` takes (by default the snapshot itself)."""
         return snapshot
 
+    def _skipped(self, round_: Round) -> None:
+        """A round that enters no inference (before the estimate is ready); nothing by
+        default."""
+
     def _predict_dense(self, xb) -> np.ndarray:
         """Every arm's prediction, ``(B, K)``, from an estimator other than a
         :class:`LowRankSGD`: it reads the context ``xb`` (batched) as a matrix, unbatched for
@@ -429,6 +433,7 @@ class InferenceWrapperBase(WrapperState):
                 self._absorb(staged, round_)
             else:
                 self.rounds_skipped += 1
+                self._skipped(round_)
             commit_own()
             self.rounds_seen += 1
             self._set_obs(obs)

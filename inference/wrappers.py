@@ -62,6 +62,8 @@ class _ParameterInferenceBase(InferenceWrapperBase):
         projection: str = "tangent",
         point_estimate: str = "one-step",
         warm_start=None,
+        context_law=None,
+        check_contexts: bool = True,
         **sgd_kwargs,
     ):
         self._open(
@@ -73,6 +75,8 @@ class _ParameterInferenceBase(InferenceWrapperBase):
             projection=projection,
             point_estimate=point_estimate,
             warm_start=warm_start,
+            context_law=context_law,
+            check_contexts=check_contexts,
             **sgd_kwargs,
         )
         self._setup(env, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
@@ -86,6 +90,10 @@ class _ParameterInferenceBase(InferenceWrapperBase):
             projection=projection,
             point_estimate=point_estimate,
             n_trials=self.n_trials,
+            context_law=getattr(env.unwrapped, "context_law", None)
+            if context_law is None
+            else context_law,
+            check_contexts=check_contexts,
         )
         self.target_names = self.core.target_names
 
@@ -129,6 +137,10 @@ class _ParameterInferenceBase(InferenceWrapperBase):
             self.core.commit(terms)
         else:
             self._feed.commit(terms, parts)
+
+    def _skipped(self, round_: Round) -> None:
+        # A round before inference starts still tells an estimated law about the contexts.
+        self._core.observe_context(round_.contexts)
 
     def _restored(self) -> None:
         if self._feed is not None:
@@ -226,6 +238,14 @@ class ParameterInference(_ParameterInferenceBase, gym.Wrapper, RecordConstructor
     warm_start : int, optional
         Rounds of the own estimator's warm start (default: sized from the problem by
         :func:`agents.warm_start.default_warm_start_rounds`, as the policies' is).
+    context_law : str or ContextLaw, optional
+        The contexts' law, whose second moment the debiasing divides by (docs/method.md §1):
+        default the environment's (``env.unwrapped.context_law``); ``"estimated"`` for
+        contexts of an unknown law (a user's own: images, logged features), estimated from
+        every context the wrapper sees; or a law of :mod:`lrbandit_gym.context_law`.
+    check_contexts : bool, default True
+        Check the contexts against the law every round; a read-out where they do not match
+        warns (:class:`~inference.ContextLawWarning`).
     **sgd_kwargs
         ``step_scale``, ``step_offset``, ``step_decay`` of the own estimator.
 

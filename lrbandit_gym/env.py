@@ -16,7 +16,7 @@ from lrbandit_gym.problem import (
     check_flatten,
     observation_space,
 )
-from lrbandit_gym.sampling import draw_contexts, draw_noise
+from lrbandit_gym.sampling import draw_noise
 
 __all__ = ["MatrixContextBanditEnv", "check_action"]
 
@@ -93,11 +93,21 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
     dtype          float64                     observation dtype (float32 or float64)
     observation    "matrix"                    "matrix" or, for completion contexts,
                                                "index" (the pair ``(j, k)``, int64)
+    context_std    1.0                         Gaussian contexts: the entries' s.d.
+    context_corr   0.0                         Gaussian contexts: AR(1) correlation of
+                                               neighbouring rows and columns (or a
+                                               ``(row, column)`` pair)
+    entry_probs    None                        completion contexts: ``(d1, d2)``
+                                               frequencies of the revealed entries
+    contexts       None                        a data set ``(N, d1, d2)`` to draw the
+                                               contexts from uniformly (images, say)
     ============== =========================== ===========================================
 
     ## Ground truth (on ``env.unwrapped``)
     ``true_params`` ``(K, d1, d2)``, ``optimal_value`` (exact ``V*``), ``linear_form(T)``
-    ``(K,)``, ``context_scale`` (``c`` of Appendix C).
+    ``(K,)``, ``context_scale`` (``c`` of Appendix C), ``context_law`` (the contexts'
+    second moment, :mod:`lrbandit_gym.context_law`: the law the inference wrappers use by
+    default; ``V*`` is exact under every law above, :mod:`lrbandit_gym.context_source`).
 
     ## Version History
     * v0: initial version (``observation="index"`` added later: the same dynamics).
@@ -121,6 +131,10 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
         dtype=np.float64,
         render_mode: str | None = None,
         observation: str = "matrix",
+        context_std=1.0,
+        context_corr=0.0,
+        entry_probs=None,
+        contexts=None,
     ):
         self.problem = BanditProblem(
             d1,
@@ -134,6 +148,10 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
             truth_seed,
             noise,
             dtype,
+            context_std,
+            context_corr,
+            entry_probs,
+            contexts,
         )
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
@@ -155,9 +173,7 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
     def _draw(self) -> np.ndarray:
         p = self.problem
         index = self.observation == "index"
-        x, flat_index = draw_contexts(
-            self.np_random, 1, p.d1, p.d2, p.context, p.dtype, matrix=not index
-        )
+        x, flat_index = p.draw_contexts(self.np_random, 1, matrix=not index)
         if index:  # the pair (j, k); no d1 x d2 matrix is built
             f = int(flat_index[0])
             self._expected = p.flat_params[:, f].copy()

@@ -11,9 +11,16 @@ from functools import cached_property
 import numpy as np
 from gymnasium import spaces
 
+from lrbandit_gym.context_law import ContextLaw, IsotropicLaw
+from lrbandit_gym.context_source import ContextSource
 from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_positive_int
-from lrbandit_gym.sampling import CONTEXTS, NOISES
-from lrbandit_gym.truth import draw_low_rank_truth, optimal_value, validate_params
+from lrbandit_gym.sampling import CONTEXTS, NOISES, draw_contexts
+from lrbandit_gym.truth import (
+    draw_low_rank_truth,
+    gaussian_expected_max,
+    optimal_value,
+    validate_params,
+)
 
 __all__ = [
     "OBSERVATIONS",
@@ -48,6 +55,10 @@ class BanditProblem:
         truth_seed=0,
         noise: str = "gaussian",
         dtype=np.float64,
+        context_std=1.0,
+        context_corr=0.0,
+        entry_probs=None,
+        contexts=None,
     ):
         check_truth_seed(truth_seed)
         self.d1 = check_positive_int(d1, "d1")
@@ -63,6 +74,9 @@ class BanditProblem:
         if context not in CONTEXTS:
             raise ValueError(f"context must be one of {CONTEXTS}; got {context!r}")
         self.context = context
+        self.source = ContextSource(
+            self.d1, self.d2, context, context_std, context_corr, entry_probs, contexts
+        )
         if noise not in NOISES:
             raise ValueError(f"noise must be one of {NOISES}; got {noise!r}")
         self.noise = noise
@@ -119,9 +133,27 @@ class BanditProblem:
         #: ``c`` of Appendix C: ``E[<A, X> X] = A / c``.
         self.context_scale = float(self.d1 * self.d2) if context == "completion" else 1.0
 
+    @property
+    def context_law(self) -> ContextLaw | str:
+        """The contexts' law (:mod:`lrbandit_gym.context_law`), as the inference wrappers
+        take it by default; ``"estimated"`` for a data set too large to hold its second
+        moment."""
+        if not self.source.active:
+            return IsotropicLaw(self.d1, self.d2, self.context)
+        return self.source.law if self.source.law is not None else "estimated"
+
+    def draw_contexts(self, rng: np.random.Generator, batch: int, matrix: bool = True):
+        """``(X, flat_index)`` of ``batch`` contexts, as
+        :func:`lrbandit_gym.sampling.draw_contexts` returns them."""
+        if self.source.active:
+            return self.source.draw(rng, batch, self.dtype, matrix)
+        return draw_contexts(rng, batch, self.d1, self.d2, self.context, self.dtype, matrix)
+
     @cached_property
     def optimal_value(self) -> float:
         """``V* = E[max_a <M_a, X>]``, exact (docs/method.md §1)."""
+        if self.source.active:
+            return self.source.optimal_value(self.params, gaussian_expected_max)
         return float(optimal_value(self.params, self.context))
 
     def linear_form(self, target) -> np.ndarray:
@@ -157,6 +189,7 @@ class GroundTruthMixin:
     context = property(lambda self: self.problem.context)
     noise_std = property(lambda self: self.problem.noise_std)
     context_scale = property(lambda self: self.problem.context_scale)
+    context_law = property(lambda self: self.problem.context_law)
 
     @property
     def true_params(self) -> np.ndarray:

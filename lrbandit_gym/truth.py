@@ -11,7 +11,7 @@ import math
 import numpy as np
 from scipy import stats
 
-__all__ = ["draw_low_rank_truth", "optimal_value", "validate_params"]
+__all__ = ["draw_low_rank_truth", "gaussian_expected_max", "optimal_value", "validate_params"]
 
 _RANK_RTOL = 1e-10
 
@@ -125,7 +125,7 @@ def _orthant_probability(cov: np.ndarray) -> float:
     )
 
 
-def _gaussian_expected_max(gram: np.ndarray) -> float:
+def gaussian_expected_max(gram: np.ndarray) -> float:
     """``E[max_a Z_a]`` for ``Z ~ N(0, gram)`` (Stein's identity, exact for K ≤ 5).
 
     ``E[Z_i 1{Z_i ≥ Z_j ∀j}] = Σ_{j≠i} (G_ii − G_ij) φ_{W_j}(0) P(W_{-j} ≥ 0 | W_j = 0)`` with
@@ -182,4 +182,4 @@ def optimal_value(params: np.ndarray, context: str) -> float:
     flat = params.reshape(params.shape[0], -1)
     if params.shape[0] == 2:
         return float(np.linalg.norm(flat[1] - flat[0]) / math.sqrt(2 * math.pi))
-    return _gaussian_expected_max(flat @ flat.T)
+    return gaussian_expected_max(flat @ flat.T)

@@ -17,7 +17,7 @@ from lrbandit_gym.problem import (
     check_flatten,
     observation_space,
 )
-from lrbandit_gym.sampling import draw_contexts, draw_noise
+from lrbandit_gym.sampling import draw_noise
 
 __all__ = ["MatrixContextBanditVectorEnv"]
 
@@ -70,6 +70,10 @@ class MatrixContextBanditVectorEnv(GroundTruthMixin, VectorEnv):
         dtype=np.float64,
         render_mode: str | None = None,
         observation: str = "matrix",
+        context_std=1.0,
+        context_corr=0.0,
+        entry_probs=None,
+        contexts=None,
     ):
         self.num_envs = check_positive_int(num_envs, "num_envs")
         self.max_episode_steps = (
@@ -100,6 +104,10 @@ class MatrixContextBanditVectorEnv(GroundTruthMixin, VectorEnv):
             truth_seed,
             noise,
             dtype,
+            context_std,
+            context_corr,
+            entry_probs,
+            contexts,
         )
         self.flatten = check_flatten(flatten)
         p = self.problem
@@ -116,9 +124,7 @@ class MatrixContextBanditVectorEnv(GroundTruthMixin, VectorEnv):
     def _draw(self) -> np.ndarray:
         p = self.problem
         index = self.observation == "index"
-        x, flat_index = draw_contexts(
-            self.np_random, self.num_envs, p.d1, p.d2, p.context, p.dtype, matrix=not index
-        )
+        x, flat_index = p.draw_contexts(self.np_random, self.num_envs, matrix=not index)
         self._expected = p.expected_rewards(x, flat_index)
         if index:
             return np.stack(np.divmod(flat_index, p.d2), axis=1).astype(np.int64, copy=False)

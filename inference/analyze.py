@@ -148,6 +148,7 @@ def analyze(
     projection: str = "tangent",
     point_estimate: str = "one-step",
     correction: str = "auto",
+    context_law: Any = None,
     **sgd_kwargs,
 ) -> AnalysisResult:
     """Every interval the inference wrappers give live, computed from a log.
@@ -182,6 +183,12 @@ def analyze(
         As for :class:`~inference.ParameterInference`.
     correction : {"auto", "regret", "none"}, default "auto"
         As for :class:`~inference.ValueInference`.
+    context_law : str or ContextLaw, optional
+        The law the parameter intervals' debiasing divides by (docs/method.md §1): default
+        the log's ``context_law``; ``"estimated"`` estimates it from the log's contexts
+        (any dense law: images, correlated or scaled features).  The contexts are checked
+        against it and a read-out warns (:class:`~inference.ContextLawWarning`) where they
+        do not match.
     **sgd_kwargs
         ``step_scale``, ``step_offset``, ``step_decay`` of the estimator.
 
@@ -232,7 +239,13 @@ def analyze(
     top: Any = env
     if targets:
         top = wrappers["parameters"] = ParameterInference(
-            top, targets, rank, projection=projection, point_estimate=point_estimate, **own
+            top,
+            targets,
+            rank,
+            projection=projection,
+            point_estimate=point_estimate,
+            context_law=context_law,
+            **own,
         )
     if value:
         kw = own if not wrappers else {}

@@ -45,7 +45,7 @@ from inference.linear_form_state import LinearFormPersistence
 from inference.running_law import RunningSecondMoment
 from inference.tangent_space import TargetTriplets
 from inference.weight_share import WeightShare
-from lrbandit_gym.context_law import EntryLaw, IsotropicLaw, as_context_law
+from lrbandit_gym.context_law import IsotropicLaw, as_context_law
 from lrbandit_gym.input_checks import (
     check_actions,
     check_batch_vector,
@@ -117,10 +117,10 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
             if context_law is None
             else as_context_law(context_law, self.d1, self.d2)
         )
-        if isinstance(law, EntryLaw) and self.context != "completion":
+        if law.name in ("completion", "entries") and self.context != "completion":
             raise ValueError(
-                "context_law=EntryLaw(...) describes completion contexts; the contexts here "
-                f"are {self.context!r}"
+                f"context_law {law.describe()} describes completion contexts (one revealed "
+                f"entry); the contexts here are dense ({self.context!r})"
             )
         #: The law of the contexts the debiasing divides by (docs/method.md §1).
         self.context_law = law

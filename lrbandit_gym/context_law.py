@@ -339,7 +339,7 @@ class EstimatedLaw(ContextLaw):
 
 
 #: The names :func:`as_context_law` takes.
-LAW_NAMES = ("gaussian", "completion", "estimated", "kronecker", "full")
+LAW_NAMES = ("gaussian", "completion", "estimated", "estimated-kronecker", "estimated-full")
 
 
 def as_context_law(spec: Any, d1: int, d2: int) -> ContextLaw:
@@ -349,8 +349,8 @@ def as_context_law(spec: Any, d1: int, d2: int) -> ContextLaw:
     ----------
     spec : str or ContextLaw
         ``"gaussian"``, ``"completion"``, ``"estimated"`` (``structure="auto"``),
-        ``"kronecker"`` or ``"full"`` (estimated with that structure), or a law of shape
-        ``(d1, d2)``.
+        ``"estimated-kronecker"`` or ``"estimated-full"`` (estimated with that structure),
+        or a law of shape ``(d1, d2)``.
     """
     if isinstance(spec, ContextLaw):
         if (spec.d1, spec.d2) != (int(d1), int(d2)):
@@ -362,8 +362,8 @@ def as_context_law(spec: Any, d1: int, d2: int) -> ContextLaw:
         return IsotropicLaw(d1, d2, spec)
     if spec == "estimated":
         return EstimatedLaw(d1, d2)
-    if spec in ("kronecker", "full"):
-        return EstimatedLaw(d1, d2, spec)
+    if spec in ("estimated-kronecker", "estimated-full"):
+        return EstimatedLaw(d1, d2, spec.split("-")[1])
     raise ValueError(f"context_law must be one of {LAW_NAMES} or a ContextLaw; got {spec!r}")
 
 

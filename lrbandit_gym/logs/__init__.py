@@ -7,6 +7,7 @@ policy's whole ``pmf``, with the simulator's oracle values apart under ``oracle_
 
 - :mod:`lrbandit_gym.logs.format`: :func:`validate_log`, :func:`save_log`,
   :func:`load_log` (``.npz``, or ``.parquet`` with pyarrow);
+- :func:`make_log`: a log from plain arrays (a user's own contexts);
 - :class:`RecordRounds` / :class:`VectorRecordRounds`: record a run as a log;
 - :class:`LogReplayEnv`: replay a log as a bandit, which is how
   :func:`inference.analyze` runs the inference wrappers on a saved log;
@@ -14,6 +15,7 @@ policy's whole ``pmf``, with the simulator's oracle values apart under ``oracle_
   ``bandit_feedback``) and :func:`to_vw` (Vowpal Wabbit's contextual-bandit text format).
 """
 
+from lrbandit_gym.logs.build import make_log
 from lrbandit_gym.logs.export import to_obp, to_vw
 from lrbandit_gym.logs.format import (
     CONTEXT_COLUMNS,
@@ -47,6 +49,7 @@ __all__ = [
     "VectorRecordRounds",
     "load_log",
     "log_sizes",
+    "make_log",
     "save_log",
     "to_obp",
     "to_vw",

@@ -13,9 +13,18 @@ column                         dtype, shape     meaning
 ``pmf``                        float64 (n, K)    optional: the logging policy's whole pmf
 ``oracle_*``                   any (n, ...)      simulator-only truth (never read by analysis)
 ``d1``, ``d2``, ``n_actions``  0-d int           the sizes
-``context_law``                0-d str           ``"gaussian"`` or ``"completion"``
+``context_law``                0-d str           one of :data:`CONTEXT_LAWS` (below)
 ``format_version``             0-d int           1
+``context_row_cov`` …          float (d, d), …   the law's arrays, for a law given by them
 ============================== ================ ==================================================
+
+``context_law`` says what the debiasing divides by (:mod:`lrbandit_gym.context_law`,
+docs/method.md §1): ``"gaussian"`` (i.i.d. N(0, 1) entries), ``"completion"`` (one entry
+revealed uniformly), ``"estimated"`` (any dense law, estimated from the contexts at analysis),
+``"kronecker"`` (``context_row_cov`` (d1, d1), ``context_col_cov`` (d2, d2), optional
+``context_mean`` (d1, d2)), ``"second_moment"`` (``context_second_moment``
+(d1·d2, d1·d2)) or ``"entries"`` (completion contexts revealed with the frequencies
+``context_entry_probs`` (d1, d2)).  The law's arrays are not per-round columns.
 
 Exactly one of ``context`` and ``context_index`` is present.  Other columns may be added
 (kept and saved, not checked beyond their length); the names above are never renamed.
@@ -37,11 +46,14 @@ from typing import Any
 
 import numpy as np
 
+from lrbandit_gym.context_law import law_from_arrays
 from lrbandit_gym.input_checks import MAX_MAGNITUDE, PROPENSITY_TOL
 
 __all__ = [
     "CONTEXT_COLUMNS",
+    "COMPLETION_LAWS",
     "CONTEXT_LAWS",
+    "LAW_ARRAYS",
     "FORMAT_VERSION",
     "METADATA",
     "ORACLE_PREFIX",
@@ -62,8 +74,18 @@ CONTEXT_COLUMNS = ("context", "context_index")
 REQUIRED_COLUMNS = ("action", "reward", "propensity")
 #: Scalars stored as 0-d arrays.
 METADATA = ("d1", "d2", "n_actions", "context_law", "format_version")
-#: The context laws: i.i.d. Gaussian matrices, or one revealed entry ``e_j e_kᵀ``.
-CONTEXT_LAWS = ("gaussian", "completion")
+#: The context laws (module docstring).
+CONTEXT_LAWS = ("gaussian", "completion", "estimated", "kronecker", "second_moment", "entries")
+#: The laws of one revealed entry ``e_j e_kᵀ`` (stored as ``context_index`` or one-hot).
+COMPLETION_LAWS = ("completion", "entries")
+#: The arrays each law given by arrays needs (``context_mean`` is optional for kronecker).
+LAW_ARRAYS = {
+    "kronecker": ("context_row_cov", "context_col_cov"),
+    "second_moment": ("context_second_moment",),
+    "entries": ("context_entry_probs",),
+}
+_OPTIONAL_LAW_ARRAYS = ("context_mean",)
+_ALL_LAW_ARRAYS = (*(k for keys in LAW_ARRAYS.values() for k in keys), *_OPTIONAL_LAW_ARRAYS)
 #: Prefix of the simulator's oracle columns, kept apart from what an analyst would see.
 ORACLE_PREFIX = "oracle_"
 #: Absolute tolerance on a pmf row's sum and on ``pmf[t, action[t]] == propensity[t]``.
@@ -118,6 +140,9 @@ def log_sizes(log: Mapping[str, Any]) -> dict[str, Any]:
     law = _scalar(log, "context_law")
     if law not in CONTEXT_LAWS:
         raise LogFormatError("context_law", f"must be one of {CONTEXT_LAWS}; got {law!r}")
+    for key in LAW_ARRAYS.get(str(law), ()):
+        if key not in log:
+            raise LogFormatError(key, f"missing: context_law {str(law)!r} is given by it")
     return {
         "d1": _positive_int(log, "d1", 1),
         "d2": _positive_int(log, "d2", 1),
@@ -240,11 +265,11 @@ def validate_log(log: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if ctx.dtype not in (np.float32, np.float64):
             ctx = ctx.astype(np.float64)
         _check_finite_rows(ctx, "context")
-        if sizes["context_law"] == "completion":
+        if sizes["context_law"] in COMPLETION_LAWS:
             _check_one_hot(ctx)
         out["context"] = ctx
     else:
-        if sizes["context_law"] != "completion":
+        if sizes["context_law"] not in COMPLETION_LAWS:
             raise LogFormatError(
                 "context_index",
                 "an index context is a revealed entry of a completion context; this log's "
@@ -302,9 +327,20 @@ def validate_log(log: Mapping[str, Any]) -> dict[str, np.ndarray]:
             )
         out["pmf"] = pmf
 
+    law = sizes["context_law"]
+    for key in (*LAW_ARRAYS.get(law, ()), *(_OPTIONAL_LAW_ARRAYS if law == "kronecker" else ())):
+        if key in log:
+            out[key] = np.asarray(log[key], dtype=float)
+    if law in LAW_ARRAYS:
+        try:
+            law_from_arrays(law, out, d1, d2)
+        except (ValueError, TypeError) as exc:
+            raise LogFormatError(LAW_ARRAYS[law][0], f"does not give a law: {exc}") from None
     for name, value in log.items():
         if name in out or name in METADATA:
             continue
+        if name in _ALL_LAW_ARRAYS:
+            raise LogFormatError(name, f"is an array of another law than {law!r}")
         arr = np.asarray(value)
         if arr.dtype.kind == "O":
             raise LogFormatError(name, "holds Python objects; a log holds numeric or text arrays")
@@ -339,9 +375,12 @@ def _to_parquet_table(log: Mapping[str, np.ndarray]):
     """One Parquet row per round: arrays of more than one axis as fixed-size lists (shapes
     kept in the schema metadata), scalars in the schema metadata."""
     pa, _ = _import_pyarrow()
-    columns, scalars, shapes = {}, {}, {}
+    columns, scalars, shapes, law = {}, {}, {}, {}
     for name, value in log.items():
         arr = np.asarray(value)
+        if name in _ALL_LAW_ARRAYS:
+            law[name] = arr.tolist()
+            continue
         if arr.ndim == 0:
             scalars[name] = arr.item()
             continue
@@ -352,7 +391,7 @@ def _to_parquet_table(log: Mapping[str, np.ndarray]):
         width = int(np.prod(arr.shape[1:]))
         flat = np.ascontiguousarray(arr).reshape(-1)
         columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat), width)
-    meta = json.dumps({"scalars": scalars, "shapes": shapes}).encode()
+    meta = json.dumps({"scalars": scalars, "shapes": shapes, "law_arrays": law}).encode()
     return pa.table(columns, metadata={_PARQUET_KEY: meta})
 
 
@@ -368,6 +407,7 @@ def _from_parquet(path: Path) -> dict[str, np.ndarray]:
         )
     meta = json.loads(raw)
     log: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in meta["scalars"].items()}
+    log.update({k: np.asarray(v, dtype=float) for k, v in meta.get("law_arrays", {}).items()})
     n = table.num_rows
     for name in table.column_names:
         col = table.column(name).combine_chunks()

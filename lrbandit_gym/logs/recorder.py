@@ -24,6 +24,7 @@ import numpy as np
 from gymnasium.utils import RecordConstructorArgs
 from gymnasium.vector import VectorEnv, VectorWrapper
 
+from lrbandit_gym.context_law import as_context_law
 from lrbandit_gym.decision import split_decision
 from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_actions, check_propensities
 from lrbandit_gym.logs.format import FORMAT_VERSION, ORACLE_PREFIX, save_log
@@ -65,7 +66,12 @@ class _Recorder:
             raise ValueError(f"capacity must be a positive integer; got {capacity!r}")
         self.d1, self.d2 = int(base.d1), int(base.d2)
         self.n_actions = int(base.n_actions)
-        self.context_law = str(base.context)
+        self._form = str(base.context)
+        law = getattr(base, "context_law", None)
+        if law is None or isinstance(law, str):
+            law = as_context_law(law or self._form, self.d1, self.d2)
+        #: The contexts' law, written into the log (:mod:`lrbandit_gym.context_law`).
+        self.context_law = law
         self.n_trials = int(self.num_envs) if self._vector else None
         self.propensity_fn = propensity_fn
         self.oracle = bool(oracle)
@@ -89,7 +95,7 @@ class _Recorder:
         B, K = self._B, self.n_actions
         index_shape = (2,) if self.n_trials is None else (B, 2)
         self._index = (
-            self.context_law == "completion" and arr.dtype.kind in "iu" and arr.shape == index_shape
+            self._form == "completion" and arr.dtype.kind in "iu" and arr.shape == index_shape
         )
         if self._index:
             ctx = ("context_index", (B, 2), np.int64)
@@ -279,7 +285,8 @@ class _Recorder:
         log["d1"] = np.asarray(self.d1)
         log["d2"] = np.asarray(self.d2)
         log["n_actions"] = np.asarray(self.n_actions)
-        log["context_law"] = np.asarray(self.context_law)
+        log["context_law"] = np.asarray(self.context_law.name)
+        log.update(self.context_law.arrays())
         log["format_version"] = np.asarray(FORMAT_VERSION)
         return log
 

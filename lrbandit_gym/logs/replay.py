@@ -15,8 +15,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from lrbandit_gym.context_law import law_from_arrays
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.logs.format import ORACLE_PREFIX, validate_log
+from lrbandit_gym.logs.format import COMPLETION_LAWS, ORACLE_PREFIX, validate_log
 
 __all__ = ["LogReplayEnv"]
 
@@ -54,7 +55,11 @@ class LogReplayEnv(gym.Env):
         self.d1 = int(self.log["d1"])
         self.d2 = int(self.log["d2"])
         self.n_actions = int(self.log["n_actions"])
-        self.context = str(self.log["context_law"])
+        law = str(self.log["context_law"])
+        #: The contexts' form, as the bandit's ``context``: one-hot entries or dense.
+        self.context = "completion" if law in COMPLETION_LAWS else "gaussian"
+        #: The log's law (:mod:`lrbandit_gym.context_law`), the wrappers' default.
+        self.context_law = law_from_arrays(law, self.log, self.d1, self.d2)
         self._index = "context_index" in self.log
         self.observation = "index" if self._index else "matrix"
         self._contexts = self.log["context_index" if self._index else "context"]

@@ -27,6 +27,7 @@ import numpy as np
 from inference import analyze
 from inference.results import interval_rows
 from inference.sequences import DEFAULT_TUNING_N
+from lrbandit_gym.context_law import LAW_NAMES
 from lrbandit_gym.experiments.cli.conventions import (
     EXIT_FAILED,
     EXIT_OK,
@@ -160,6 +161,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--no-value", action="store_true", help="do not estimate V*")
     p.add_argument(
+        "--context-law",
+        choices=list(LAW_NAMES),
+        default=None,
+        help="the contexts' law the parameter intervals divide by (default: the log's); "
+        "'estimated' estimates it from the contexts (any dense law: images, correlated or "
+        "scaled features); docs/method.md §1",
+    )
+    p.add_argument(
         "--kind",
         choices=["fixed", "sequence"],
         default="fixed",
@@ -201,15 +210,19 @@ def run(args: argparse.Namespace) -> int:
             confidence_level=args.confidence_level,
             kind=args.kind,
             tuning_n=tuning_n,
+            context_law=args.context_law,
         )
     except LogFormatError as exc:
         args.parser.error(f"argument log: {exc}")
     except ValueError as exc:
         if "the warm start takes" in str(exc):
             args.parser.error(f"argument --warm-start: {exc}")
+        if str(exc).startswith("context_law"):
+            args.parser.error(f"argument --context-law: {exc}")
         print(f"lrbandit analyze: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"{args.log}: {d1} x {d2} contexts ({log['context_law']}), {K} arms")
+    law = args.context_law or str(log["context_law"])
+    print(f"{args.log}: {d1} x {d2} contexts (context law {law}), {K} arms")
     print(result.summary())
     if args.out is not None:
         _write_outputs(args, result, tuning_n, found)

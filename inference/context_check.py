@@ -14,9 +14,10 @@ the all-ones matrix and a smooth ramp (correlated or shifted entries move them m
 top rows and the left columns (uneven entry frequencies, uneven scales), and four fixed
 random matrices.
 
-A read-out warns (:class:`ContextLawWarning`) where some probe is both significant
-(``|t| > Z_LIMIT``, a family-wise level below 10⁻⁴ whatever the number of read-outs
-in a run of ordinary length) and relevant (``|q̄ − 1| > RELATIVE_LIMIT``): an estimated law
+A read-out warns (:class:`ContextLawWarning`) once :data:`MIN_ROUNDS` rounds are in, where
+some probe is both significant (``|t| > Z_LIMIT``; ``q`` is skewed, a product of two
+correlated normals for Gaussian contexts, so the t-statistic needs that many rounds before
+its lower tail is normal) and relevant (``|q̄ − 1| > RELATIVE_LIMIT``): an estimated law
 is never exact, and a 2% error in ``Σ`` moves an interval by less than a tenth of its
 standard error, so the check speaks only of errors that can cost coverage.
 """
@@ -31,9 +32,18 @@ import numpy as np
 
 from lrbandit_gym.onehot import OneHotContexts
 
-__all__ = ["N_PROBES", "RELATIVE_LIMIT", "Z_LIMIT", "ContextCheck", "ContextLawWarning"]
+__all__ = [
+    "MIN_ROUNDS",
+    "N_PROBES",
+    "RELATIVE_LIMIT",
+    "Z_LIMIT",
+    "ContextCheck",
+    "ContextLawWarning",
+]
 
 N_PROBES = 8
+#: Rounds before the check may speak.
+MIN_ROUNDS = 200
 #: ``|t|`` above which a probe's mean differs from the law's prediction.
 Z_LIMIT = 4.5
 #: ``|q̄ − 1|`` below which a difference is too small to matter for the intervals.
@@ -141,7 +151,7 @@ class ContextCheck:
         """Per trial, whether some probe is significant and relevant, shape (B,)."""
         dev, t = self.statistics()
         bad = (np.abs(t) > Z_LIMIT) & (np.abs(dev) > RELATIVE_LIMIT)
-        return bad.any(axis=1)
+        return bad.any(axis=1) & (self.n >= MIN_ROUNDS)
 
     def warn(self, what: str, law: str, batched: bool, stacklevel: int = 3) -> None:
         """Warn where :meth:`flagged`, naming the law, the worst probe and the knob."""

@@ -204,7 +204,8 @@ def run_chunk(
 
     Returns ``{"quantities", "readers": {name: arrays}, "estimation_error" (C, B, K),
     "value_bias" (C, B) (:meth:`InferenceStack.value_bias`), "round_share" (C, B)
-    (:meth:`InferenceStack.round_share`), "min_propensity" (B,),
+    (:meth:`InferenceStack.round_share`), "context_flag" (C, B)
+    (:meth:`InferenceStack.context_flags`), "min_propensity" (B,),
     "warm_start_ratio" (B, K), "warnings": [(category, message)],
     "rounds": rounds played, "failure": None or why the chunk stopped early}``; ``report(k)``
     is called every 50 rounds with the rounds played since the last call.  A
@@ -235,6 +236,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
     error = np.full((len(checkpoints), n_trials, k), np.nan)
     bias = np.full((len(checkpoints), n_trials), np.nan)
     share = np.full((len(checkpoints), n_trials), np.nan)
+    law_flag = np.full((len(checkpoints), n_trials), np.nan)
     min_prop = np.full(n_trials, np.nan)
     min_chosen = np.full(n_trials, np.nan)
     env = stack.env
@@ -273,6 +275,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
             error[checkpoints.index(n)] = stack.estimation_error()
             bias[checkpoints.index(n)] = stack.value_bias()
             share[checkpoints.index(n)] = stack.round_share()
+            law_flag[checkpoints.index(n)] = stack.context_flags()
     if report is not None and pending:
         report(pending)
     check = getattr(stack.owner, "warm_start_check", None)
@@ -283,6 +286,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
         "estimation_error": error,
         "value_bias": bias,
         "round_share": share,
+        "context_flag": law_flag,
         "min_propensity": min_prop,
         "min_chosen_propensity": min_chosen,
         "warm_start_ratio": ratio.reshape(n_trials, k),
@@ -298,6 +302,7 @@ DIAGNOSTIC_AXES = {
     "min_chosen_propensity": 0,
     "value_bias": 1,
     "round_share": 1,
+    "context_flag": 1,
     "warm_start_ratio": 0,
 }
 
@@ -507,6 +512,7 @@ def validate(
     uniform_from: int | None = None,
     tuning_n: int | None = None,
     backend: str = "local",
+    context_law: str | None = None,
 ) -> ValidationResult:
     """Monte Carlo check of the intervals' coverage in any setting.
 
@@ -537,6 +543,9 @@ def validate(
     backend : {"local", "ray"}, default "local"
         Where the chunks run: this process (``jobs == 1``) or ``jobs`` local processes, or
         Ray (the ``ray`` extra); the numbers are the same.
+    context_law : str, optional
+        The law the parameter intervals divide by (default: the environment's;
+        ``"estimated"``: estimated from the contexts; docs/method.md §1).
 
     Returns
     -------
@@ -575,6 +584,7 @@ def validate(
         estimator=estimator,
         uniform_from=uniform_from,
         tuning_n=tuning_n,
+        context_law=context_law,
     )
     return run_validation(
         setting,

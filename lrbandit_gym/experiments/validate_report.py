@@ -208,7 +208,9 @@ class ValidationResult:
         regret correction over its standard error (:meth:`InferenceStack.value_bias`, NaN
         without it); ``round_share`` ``(checkpoints, trials)``, the parameter intervals'
         largest Lindeberg share over the arms (:mod:`inference.weight_share`, NaN without
-        them); ``min_propensity`` (trials,), the smallest
+        them); ``context_flag`` ``(checkpoints, trials)``, 1 where the context check
+        contradicts the law in use (:mod:`inference.context_check`);
+        ``min_propensity`` (trials,), the smallest
         probability any arm had in any round of inference; ``min_chosen_propensity``
         (trials,), the smallest probability of an arm the policy chose; ``warm_start_ratio``
         (trials, K): the held-out check of the warm start
@@ -377,7 +379,27 @@ class ValidationResult:
         share = a.get("round_share")
         if share is not None and np.isfinite(share).any():
             lines.append(self._round_share_line(share))
+        flags = a.get("context_flag")
+        if flags is not None and np.isfinite(flags).any():
+            lines.append(self._context_flag_line(flags))
         return "\n".join(lines)
+
+    def _context_flag_line(self, flags: np.ndarray) -> str:
+        """Per checkpoint, how many trials' contexts contradicted the law the parameter
+        intervals divide by (:class:`~inference.ContextLawWarning`) and how the parameter
+        intervals of the others covered."""
+        parts = []
+        for c, n in enumerate(self.arrays["checkpoints"]):
+            bad = flags[c] > 0.5
+            part = f"n = {n}: {bad.mean():.0%} of trials"
+            covered = self._parameter_coverages([c], ~bad) if 0 < bad.sum() < bad.size else []
+            if covered:
+                part += f", the others covered {min(covered):.3f}–{max(covered):.3f}"
+            parts.append(part)
+        return (
+            "context check (the contexts against the law the debiasing divides by: "
+            "ContextLawWarning at the parameter read-outs; docs/method.md §1): " + "; ".join(parts)
+        )
 
     def _round_share_line(self, share: np.ndarray) -> str:
         """Per checkpoint, how many trials' parameter read-outs warned that one round holds

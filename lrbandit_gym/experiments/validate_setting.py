@@ -62,6 +62,10 @@ ENV_KEYS = (
     "noise",
     "singular_values",
     "truth_seed",
+    "context_std",
+    "context_corr",
+    "entry_probs",
+    "contexts",
 )
 
 
@@ -113,6 +117,9 @@ class ValidationSetting:
         and as the confidence sequence (:mod:`lrbandit_gym.experiments.validate_uniform`).
     tuning_n : int, optional
         Round at which the confidence sequences are tightest (default 1000).
+    context_law : str, optional
+        The law the parameter intervals divide by (default: the environment's;
+        ``"estimated"``: estimated from the contexts; docs/method.md §1).
     description : str
         A line saying what the setting is for (the grid's).
     """
@@ -128,6 +135,7 @@ class ValidationSetting:
     estimator: str = "auto"
     uniform_from: int | None = None
     tuning_n: int | None = None
+    context_law: str | None = None
     description: str = ""
 
     def replace(self, **changes) -> ValidationSetting:
@@ -143,6 +151,7 @@ class ValidationSetting:
             f"env({env}); policy {pol}({kw}); rank {self.rank or 'of env'}; warm start "
             f"{self.warm_start or 'default'}; targets {targets}; V* {'yes' if self.value else 'no'}"
             f"; n = {', '.join(map(str, self.n))}; estimator {self.estimator}"
+            + (f"; context law {self.context_law}" if self.context_law else "")
         )
 
 
@@ -217,6 +226,10 @@ def make_env(env_kwargs: Mapping[str, Any], n_trials: int):
     import lrbandit_gym  # noqa: F401  (registers the env)
 
     kwargs = dict(env_kwargs)
+    if isinstance(kwargs.get("entry_probs"), str):
+        kwargs["entry_probs"] = named_entry_probs(kwargs["entry_probs"], kwargs)
+    if isinstance(kwargs.get("contexts"), str):
+        kwargs["contexts"] = named_contexts(kwargs["contexts"])
     if "noise_std" in kwargs and not np.isscalar(kwargs["noise_std"]):
         kwargs["noise_std"] = np.asarray(kwargs["noise_std"], dtype=float)
     if "singular_values" in kwargs and not np.isscalar(kwargs["singular_values"]):
@@ -228,6 +241,28 @@ def make_env(env_kwargs: Mapping[str, Any], n_trials: int):
         max_episode_steps=None,
         **kwargs,
     )
+
+
+def named_entry_probs(spec: str, env_kwargs: Mapping[str, Any]) -> np.ndarray:
+    """``"zipf:ALPHA"``: entry frequencies ``∝ (j + 1)^-α (k + 1)^-α``, popular rows and
+    columns first, as in rating data."""
+    match = re.fullmatch(r"zipf:(\d+(\.\d+)?)", spec)
+    if match is None:
+        raise SettingError("env.entry_probs", f"entry_probs must be 'zipf:ALPHA'; got {spec!r}")
+    alpha = float(match.group(1))
+    d1, d2 = int(env_kwargs.get("d1", 50)), int(env_kwargs.get("d2", 50))
+    return np.outer(np.arange(1, d1 + 1.0) ** -alpha, np.arange(1, d2 + 1.0) ** -alpha)
+
+
+def named_contexts(spec: str) -> np.ndarray:
+    """``"digits"``: scikit-learn's 1797 handwritten digits (8 x 8), standardised with one
+    global mean and standard deviation, as a careful user would."""
+    if spec != "digits":
+        raise SettingError("env.contexts", f"contexts must be 'digits' or an array; got {spec!r}")
+    from lrbandit_gym.digits import digits_arrays
+
+    images = np.concatenate(list(digits_arrays(scale="none").values())[::2])
+    return (images - images.mean()) / images.std()
 
 
 def problem_sizes(venv, setting: ValidationSetting) -> tuple[int, int, int, int, str]:

@@ -68,7 +68,8 @@ class InferenceStack:
         env = venv
         self.parameters = self.value = None
         if targets:
-            env = self.parameters = VectorParameterInference(env, targets, **est, **own)
+            law = {} if setting.context_law is None else {"context_law": setting.context_law}
+            env = self.parameters = VectorParameterInference(env, targets, **est, **own, **law)
         self.policies = None
         if setting.value:
             if self.parameters is not None:  # shares the parameter wrapper's estimator
@@ -149,6 +150,14 @@ class InferenceStack:
         if self.parameters is None:
             return np.full(self.env.num_envs, np.nan)
         return np.asarray(self.parameters.core.round_shares()).max(axis=-1)
+
+    def context_flags(self) -> np.ndarray:
+        """Whether the context check contradicts the law the parameter intervals use, as
+        1.0 / 0.0 per trial, ``(B,)`` (NaN without parameter inference): such trials'
+        read-outs warn (:class:`~inference.ContextLawWarning`)."""
+        if self.parameters is None:
+            return np.full(self.env.num_envs, np.nan)
+        return np.asarray(self.parameters.core.context_flags(), dtype=float)
 
     def estimation_error(self) -> np.ndarray:
         """``‖M̂_a − M_a‖_F`` of the estimate inference reads, ``(B, K)``."""

@@ -65,6 +65,9 @@ _OPTIONS = {
     "estimator": "--estimator",
     "uniform_from": "--uniform-from",
     "tuning_n": "--tuning-n",
+    "context_law": "--context-law",
+    "env.context_std": "--context-std",
+    "env.context_corr": "--context-corr",
     "trials": "--trials",
     "seed": "--seed",
     "batch_size": "--batch-size",
@@ -116,6 +119,14 @@ def _add_environment_arguments(env) -> None:
     )
     env.add_argument("--singular-values", type=float, nargs="+", metavar="S")
     env.add_argument("--truth-seed", type=nonnegative_int)
+    env.add_argument("--context-std", type=float, help="Gaussian contexts: the entries' s.d.")
+    env.add_argument(
+        "--context-corr",
+        type=float,
+        nargs="+",
+        metavar="RHO",
+        help="Gaussian contexts: AR(1) correlation of rows and columns (one, or row column)",
+    )
 
 
 def _add_policy_arguments(pol) -> None:
@@ -151,6 +162,11 @@ def _add_inference_arguments(inf) -> None:
         metavar="N0",
         help="also check time-uniform coverage: every interval read at every round from N0 "
         "to the last checkpoint, as fixed-n intervals and as confidence sequences",
+    )
+    inf.add_argument(
+        "--context-law",
+        choices=["gaussian", "completion", "estimated", "estimated-kronecker", "estimated-full"],
+        help="the law the parameter intervals divide by (default: the environment's)",
     )
     inf.add_argument(
         "--tuning-n",

@@ -79,6 +79,7 @@ CONFIG_KEYS = (
     "estimator",
     "uniform_from",
     "tuning_n",
+    "context_law",
     "out",
     "env",
     "policy",
@@ -88,7 +89,16 @@ CONFIG_KEYS = (
 RUN_DEFAULTS = {"trials": 200, "seed": 0, "batch_size": None, "jobs": 1, "confidence_level": 0.95}
 
 #: Setting fields a config file's top level may give (besides ``n``).
-_FIELD_KEYS = ("rank", "warm_start", "targets", "value", "estimator", "uniform_from", "tuning_n")
+_FIELD_KEYS = (
+    "rank",
+    "warm_start",
+    "targets",
+    "value",
+    "estimator",
+    "uniform_from",
+    "tuning_n",
+    "context_law",
+)
 
 #: TOML keys with a fixed type: (Python types, what to say).  The setting's own checks
 #: judge the values; these keep a wrong type from reaching them as a traceback.
@@ -108,6 +118,7 @@ _CONFIG_TYPES = {
     "targets": ((str,), "a string"),
     "value": ((bool,), "true or false"),
     "estimator": ((str,), "a string"),
+    "context_law": ((str,), "a string"),
     "out": ((str,), "a string (a folder)"),
 }
 #: The largest integer a TOML file can hold (TOML integers are 64-bit).
@@ -304,6 +315,8 @@ def _apply_command_line(choices: _Choices, args: argparse.Namespace) -> None:
         "noise": args.noise,
         "singular_values": _one_or_tuple(args.singular_values),
         "truth_seed": args.truth_seed,
+        "context_std": args.context_std,
+        "context_corr": _one_or_tuple(args.context_corr),
     }
     for key, value in cli_env.items():
         if value is not None:
@@ -325,6 +338,7 @@ def _apply_command_line(choices: _Choices, args: argparse.Namespace) -> None:
         ("estimator", args.estimator),
         ("uniform_from", args.uniform_from),
         ("tuning_n", args.tuning_n),
+        ("context_law", args.context_law),
     ):
         if value is not None:
             choices.fields[key] = value

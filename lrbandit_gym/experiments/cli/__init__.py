@@ -54,5 +54,5 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        return interrupted(args.command)
+    except KeyboardInterrupt as exc:
+        return interrupted(args.command, exc)

@@ -29,14 +29,14 @@ import csv
 import fnmatch
 import io
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from lrbandit_gym.files import atomic_file
 
 __all__ = [
     "ArgumentError",
@@ -211,21 +211,10 @@ def remove_stale(found: Iterable[Path], written: Iterable[str | Path], stream=No
 @contextlib.contextmanager
 def _atomic(path: str | Path, mode: str = "w") -> Iterator[Any]:
     """A file object for ``path`` that becomes ``path`` only when the block completes: a
-    temporary file in the same folder, renamed with ``os.replace``; removed on failure."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        kw = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
-        with os.fdopen(fd, mode, **kw) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    temporary file in the same folder with the umask's permissions, renamed with
+    ``os.replace``; removed on failure (:func:`~lrbandit_gym.files.atomic_file`)."""
+    with atomic_file(path, mode) as fh:
+        yield fh
 
 
 def write_text(path: str | Path, text: str, stamp: RunStamp | None = None) -> str:

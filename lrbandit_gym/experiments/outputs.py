@@ -172,7 +172,8 @@ def check_outputs(
     Raises
     ------
     OutputError
-        If ``folder`` is a file, or holds matching files and ``overwrite`` is false (the
+        If ``folder`` is a file or lies under one, or holds matching files and
+        ``overwrite`` is false (the
         message lists them and says to pass ``--overwrite`` or choose another folder).
     """
     folder = Path(folder)
@@ -181,6 +182,15 @@ def check_outputs(
             f"{str(folder)!r} is a file; {argument} is a folder, where the run writes its files",
             argument,
         )
+    for parent in folder.absolute().parents:  # the nearest one that exists must be a folder
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputError(
+                    f"{str(folder)!r} is under {str(parent)!r}, which is a file; {argument} "
+                    "is a folder, where the run writes its files",
+                    argument,
+                )
+            break
     found = existing_outputs(folder, patterns)
     if found and not overwrite:
         names = ", ".join(p.name for p in found)

@@ -28,6 +28,7 @@ __all__ = [
     "local_map",
     "process_pool_map",
     "ray_map",
+    "require_ray",
     "single_threaded_blas",
 ]
 
@@ -293,16 +294,20 @@ def ray_map(
     jobs: int,
     on_done: Callable[[int], None] | None = None,
 ) -> list:
-    """:func:`local_map` on Ray (the ``ray`` extra), with ``jobs`` CPUs when this call
-    starts Ray itself (a running Ray is used as it is, and left running).  Ctrl-C cancels
-    the tasks not finished (``ray.cancel(force=True)``) and raises :class:`Interrupted`."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("backend='ray' needs ray: pip install 'lrbandit-gym[ray]'") from exc
+    """:func:`local_map` on Ray (the ``ray`` extra).  A Ray already initialized in this
+    process is used as it is, and left running; else, with ``RAY_ADDRESS`` set, this call
+    connects to that cluster (whose CPUs are its own: ``num_cpus`` is for a new local
+    Ray only), and otherwise starts a local Ray with ``jobs`` CPUs; what it connected or
+    started it shuts down at the end.  Ctrl-C cancels the tasks not finished
+    (``ray.cancel(force=True)``) and raises :class:`Interrupted`."""
+    import os
+
+    ray = require_ray()
     done = on_done or (lambda i: None)
     started = not ray.is_initialized()
-    if started:
+    if started and os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+    elif started:
         ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
     results: list = [None] * len(items)
     finished: dict[int, Any] = {}
@@ -327,3 +332,13 @@ def ray_map(
     finally:
         if started:
             ray.shutdown()
+
+
+def require_ray():
+    """The ``ray`` module; ``ImportError`` with the install command when the ``ray`` extra
+    is missing (the command line checks it before a run starts)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("backend='ray' needs ray: pip install 'lrbandit-gym[ray]'") from exc
+    return ray

@@ -25,7 +25,12 @@ from gymnasium.utils import RecordConstructorArgs
 from gymnasium.vector import VectorEnv, VectorWrapper
 
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_actions, check_propensities
+from lrbandit_gym.input_checks import (
+    MAX_MAGNITUDE,
+    check_actions,
+    check_memory,
+    check_propensities,
+)
 from lrbandit_gym.logs.format import FORMAT_VERSION, ORACLE_PREFIX, save_log
 
 __all__ = ["ORACLE_KEYS", "RecordRounds", "VectorRecordRounds"]
@@ -63,6 +68,9 @@ class _Recorder:
             raise ValueError(f"dtype must be None, float32 or float64; got {dtype!r}")
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be a positive integer; got {capacity!r}")
+        row_bytes = 8 * (int(base.d1) * int(base.d2) + 3 + int(base.n_actions))
+        trials = int(self.num_envs) if self._vector else 1
+        check_memory(capacity * trials * row_bytes, "capacity", capacity, "recorded columns")
         self.d1, self.d2 = int(base.d1), int(base.d2)
         self.n_actions = int(base.n_actions)
         self.context_law = str(base.context)

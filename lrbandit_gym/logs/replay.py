@@ -16,7 +16,8 @@ import numpy as np
 from gymnasium import spaces
 
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.logs.format import ORACLE_PREFIX, validate_log
+from lrbandit_gym.input_checks import check_memory
+from lrbandit_gym.logs.format import ORACLE_PREFIX, LogFormatError, validate_log
 
 __all__ = ["LogReplayEnv"]
 
@@ -54,6 +55,15 @@ class LogReplayEnv(gym.Env):
         self.d1 = int(self.log["d1"])
         self.d2 = int(self.log["d2"])
         self.n_actions = int(self.log["n_actions"])
+        try:  # agents and wrappers hold a (d1, d2) matrix per arm
+            check_memory(
+                8 * self.d1 * self.d2 * self.n_actions,
+                "d1 x d2",
+                f"{self.d1} x {self.d2}",
+                f"one (d1, d2) matrix per arm ({self.n_actions} arms)",
+            )
+        except ValueError as exc:
+            raise LogFormatError("d1", str(exc)) from None
         self.context = str(self.log["context_law"])
         self._index = "context_index" in self.log
         self.observation = "index" if self._index else "matrix"
@@ -89,7 +99,11 @@ class LogReplayEnv(gym.Env):
         arm, _ = split_decision(action)
         t = self.row
         logged = int(self.log["action"][t])
-        if np.ndim(arm) != 0 or int(arm) != logged:
+        if np.ndim(arm) != 0 or np.asarray(arm).dtype.kind not in "iu":
+            raise ValueError(
+                f"row {t}: an action is an integer arm (not a bool or a float); got {arm!r}"
+            )
+        if int(arm) != logged:
             raise ValueError(
                 f"row {t}: the log played arm {logged}; a replay can only take the logged "
                 f"action (got {arm!r})"

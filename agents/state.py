@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from lrbandit_gym.files import read_npz
+
 __all__ = [
     "check_config",
     "check_count",
@@ -261,9 +263,10 @@ def save_state(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
 
 
 def load_state(path: str | os.PathLike) -> dict[str, Any]:
-    """``dict(np.load(path, allow_pickle=False))``: a state saved by :func:`save_state`."""
-    with np.load(path, allow_pickle=False) as data:
-        return {key: data[key] for key in data.files}
+    """The arrays of a state saved by :func:`save_state`, read with no pickling
+    (:func:`~lrbandit_gym.files.read_npz`: a file that is not an npz archive, or a corrupt
+    one, is a ``ValueError`` that says so)."""
+    return read_npz(path)
 
 
 def check_config(state: Mapping[str, Any], mine: Mapping[str, Any], keys: Iterable[str]) -> None:

@@ -203,14 +203,21 @@ def analyze(
         For a log that does not follow the format, naming the column and the row; also for
         a chosen-arm propensity below ``MIN_PROPENSITY`` (the wrappers' floor).
     ValueError
-        For a bad option (naming it), ``V*`` or policies asked of a log without ``pmf``, or
-        a log no longer than the warm start; for a round the wrappers refuse during the
-        replay, naming its row.
+        For a bad option (naming it; ``rank`` above ``min(d1, d2)`` included), ``V*`` or
+        policies asked of a log without ``pmf``, or a log no longer than the warm start;
+        for a round the wrappers refuse during the replay or whose step the estimator
+        refuses as diverging (a ``FloatingPointError``), naming its row.
     """
     _check_options(rank, warm_start, confidence_level, kind, value, targets, policies)
     checked = load_log(log) if isinstance(log, str | os.PathLike) else validate_log(log)
     n = int(checked["action"].shape[0])
     K = int(checked["n_actions"])
+    d1, d2 = int(checked["d1"]), int(checked["d2"])
+    if rank > min(d1, d2):
+        raise ValueError(
+            f"rank must be at most min(d1, d2) = {min(d1, d2)} of the log ({d1} x {d2} "
+            f"contexts); got {rank!r}"
+        )
     has_pmf = "pmf" in checked
     if not has_pmf and (value or policies):
         need = ["V* (value=True)"] if value else []
@@ -265,7 +272,7 @@ def analyze(
     for t in range(n):
         try:
             top.step(Decision(int(actions[t]), pmf[t]))
-        except ValueError as exc:
+        except (ValueError, ArithmeticError) as exc:  # a refusal, or a diverging estimator
             raise ValueError(f"row {t} of the log: {exc}") from exc
 
     rows: list[tuple[str, IntervalEstimate]] = []

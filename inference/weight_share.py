@@ -85,8 +85,8 @@ class WeightShare:
         Raises
         ------
         ValueError
-            Naming the key whose array has the wrong shape, a negative or NaN entry, or a
-            maximum above the sum.
+            Naming the key whose array has the wrong shape, a negative or NaN entry (NaN is
+            accepted only in both arrays throughout), or a maximum above the sum.
         """
         if "weight_sum" not in state and "weight_max" not in state:
             return np.full_like(self._sum, np.nan), np.full_like(self._max, np.nan)
@@ -110,6 +110,13 @@ class WeightShare:
         total, top = arrays
         if np.isnan(total).all() and np.isnan(top).all():
             return total, top  # unknown (forget), as saved
+        if np.isnan(total).any() or np.isnan(top).any():
+            raise ValueError(
+                "state['weight_sum'] and state['weight_max'] must both be NaN throughout "
+                "(unknown) or both hold no NaN; got NaN in "
+                + ("'weight_sum'" if np.isnan(total).any() else "'weight_max'")
+                + " only: the Lindeberg check would stay silent for good"
+            )
         if (top > total).any():
             raise ValueError("state['weight_max'] exceeds state['weight_sum'] somewhere")
         return total, top

@@ -28,7 +28,12 @@ from gymnasium import spaces
 
 from lrbandit_gym.decision import split_decision
 from lrbandit_gym.env import check_action
-from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_choice, check_positive_float
+from lrbandit_gym.input_checks import (
+    MAX_MAGNITUDE,
+    check_choice,
+    check_memory,
+    check_positive_float,
+)
 
 __all__ = [
     "ENV_ID",
@@ -90,6 +95,16 @@ def _expected_rewards(
         if (y < 0).any():
             i = int(np.argmax(y < 0))
             raise ValueError(f"{prefix}labels must be >= 0; sample {i} has {int(y[i])}")
+        if n_actions is None:
+            i = int(np.argmax(y))
+            check_memory(
+                8 * n * (int(y[i]) + 1),
+                f"{prefix}labels[{i}]",
+                int(y[i]),
+                "an expected-reward table with one arm per class up to it",
+            )
+        else:
+            check_memory(8 * n * n_actions, "n_actions", n_actions, "an expected-reward table")
         K = int(y.max()) + 1 if n_actions is None else n_actions
         if (y >= K).any():
             i = int(np.argmax(y >= K))

@@ -276,3 +276,89 @@ def test_shared_trials_of_a_partial_comparison_stop_at_the_first_gap():
     assert result.shared_trials() == 3
     data["a"]["trials"] = np.array([1, 2])
     assert result.shared_trials() == 0
+
+
+# ------------------------------------------------------------------- a worker that dies
+def _die_after(marker: str) -> str:
+    """Return ``"ok"`` for the empty marker; else wait for the marker file (which the
+    caller creates once an item finished) and end this process as the OOM killer would."""
+    if not marker:
+        return "ok"
+    deadline = time.monotonic() + 30
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+def _die_guarded(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in a thread, failing the test after 60 s instead of hanging."""
+    import threading
+
+    outcome: dict = {}
+
+    def target():
+        try:
+            outcome["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the map hangs after a worker died"
+    return outcome
+
+
+def test_a_dead_worker_ends_the_map_with_a_clear_error_keeping_the_finished_items(tmp_path):
+    from lrbandit_gym.experiments.parallel import WorkerDied
+
+    marker = tmp_path / "first-done"
+    items = ["", str(marker), "", ""]
+
+    def on_done(i):
+        marker.touch()
+
+    outcome = _die_guarded(process_pool_map, _die_after, items, 2, on_done)
+    error = outcome.get("error")
+    assert isinstance(error, WorkerDied), outcome
+    assert isinstance(error, Interrupted)  # the callers keep what finished, as on Ctrl-C
+    assert 0 in error.results and 1 not in error.results and error.total == 4
+    assert "worker process died" in str(error) and "of 4 items finished" in str(error)
+
+
+def _dying_chunk(setting, n_trials, seed):
+    return {"x": np.zeros(n_trials)} if not setting else _die_after(setting)
+
+
+def test_a_dead_worker_keeps_the_finished_chunks_of_a_run(tmp_path):
+    from lrbandit_gym.experiments.montecarlo import Chunk, run_chunks
+    from lrbandit_gym.experiments.parallel import WorkerDied
+
+    marker = tmp_path / "first-done"
+    seed = np.random.SeedSequence(0)
+    chunks = [Chunk(s, 2, seed, "numpy") for s in ("", str(marker), "", "")]
+    outcome = _die_guarded(
+        run_chunks, _dying_chunk, chunks, jobs=2, on_done=lambda i: marker.touch()
+    )
+    ran = outcome.get("value")
+    assert ran is not None, outcome
+    assert ran.partial and isinstance(ran.stopped, WorkerDied)
+    assert 0 in ran.finished and 1 not in ran.finished
+    stop = ran.interrupted(None)
+    assert "worker process died" in stop.reason
+    assert stop.line.startswith("interrupted:")
+
+
+def test_the_command_line_says_a_worker_died_and_exits_1(capsys):
+    from lrbandit_gym.experiments.cli.conventions import interrupted, partial_result
+    from lrbandit_gym.experiments.parallel import WorkerDied
+
+    died = WorkerDied({0: 1}, 4)
+    assert partial_result("validate", RunInterrupted(None, 2, 8, str(died))) == 1
+    assert interrupted("validate", WorkerDied({}, 4)) == 1
+    assert partial_result("validate", RunInterrupted(None, 2, 8)) == 130
+    err = capsys.readouterr().err
+    assert "validate: a worker process died (killed, or out of memory)" in err
+    assert "interrupted: 2 of 8 trials (partial result): exit status 1" in err
+    assert "0 of 4 items finished; no further output written" in err

@@ -580,3 +580,65 @@ def test_a_warm_start_refuses_a_context_whose_square_overflows(kind, entry):
     with pytest.raises(ValueError, match=r"must have entries of magnitude <= MAX_MAGNITUDE"):
         warm.add(X, 0, 0.5)
     _assert_same(before, warm.state_dict())
+
+
+# ------------------------------------------------------------- issue 34, item 10
+def _replay_log(big_row: int):
+    """A valid log whose context at ``big_row`` holds 1e39 (admitted: at most 1e150)."""
+    n = 4
+    context = np.ones((n, 2, 2))
+    context[big_row, 0, 0] = 1e39
+    return {
+        "context": context,
+        "action": np.zeros(n, np.int64),
+        "reward": np.zeros(n),
+        "propensity": np.full(n, 0.5),
+        "pmf": np.full((n, 2), 0.5),
+        "d1": np.asarray(2),
+        "d2": np.asarray(2),
+        "n_actions": np.asarray(2),
+        "context_law": np.asarray("gaussian"),
+        "format_version": np.asarray(1),
+    }
+
+
+def test_float32_recorder_refuses_a_context_it_cannot_hold_before_recording():
+    from lrbandit_gym import Decision
+    from lrbandit_gym.logs import LogReplayEnv, RecordRounds
+
+    rec = RecordRounds(LogReplayEnv(_replay_log(2)), dtype=np.float32)
+    rec.reset()
+    decision = Decision(0, np.array([0.5, 0.5]))
+    rec.step(decision)
+    with pytest.raises(ValueError, match=r"float32.*1e\+39.*dtype=np.float64"):
+        rec.step(decision)  # returns the context of row 2
+    assert rec.n_rounds == 1 and rec.env.unwrapped.row == 1  # nothing recorded, put back
+    assert np.isfinite(rec.to_log()["context"]).all()
+    with pytest.raises(ValueError, match="float32"):
+        RecordRounds(LogReplayEnv(_replay_log(0)), dtype=np.float32).reset()
+
+
+def test_a_weight_state_with_nan_in_one_array_only_is_refused():
+    from inference.weight_share import WeightShare
+
+    share = WeightShare(1, 2)
+    share.add(np.array([[1.0, 2.0]]))
+    state = share.state_dict()
+    state["weight_sum"] = np.full((1, 2), np.nan)
+    with pytest.raises(ValueError, match="weight_sum.*only"):
+        share.check_state(state)
+    both = {"weight_sum": np.full((1, 2), np.nan), "weight_max": np.full((1, 2), np.nan)}
+    share.check_state(both)  # unknown in both: accepted, the check stays silent
+
+
+@pytest.mark.parametrize("action", [1.7, True, np.float64(0.0), np.bool_(False)])
+def test_the_replay_refuses_an_action_that_is_not_an_integer(action):
+    from lrbandit_gym.logs import LogReplayEnv
+
+    env = LogReplayEnv(_replay_log(0))
+    env.reset()
+    with pytest.raises(ValueError, match="integer arm"):
+        env.step(action)
+    assert env.row == 0
+    env.step(0)
+    assert env.row == 1

@@ -43,7 +43,7 @@ from lrbandit_gym.experiments.compare_report import ComparisonResult
 from lrbandit_gym.experiments.compare_run import ComparisonSetting, merge_units, run_unit
 from lrbandit_gym.experiments.montecarlo import chunk_map
 from lrbandit_gym.experiments.outputs import ArgumentError
-from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted
+from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted, WorkerDied
 from lrbandit_gym.experiments.policy_targets import target_policy_values
 from lrbandit_gym.experiments.run_warnings import count_warnings
 from lrbandit_gym.experiments.studies import paper_targets
@@ -471,7 +471,8 @@ def compare(
         policy_values=policy_values,
     )
     if stopped is not None:
-        raise RunInterrupted(result, sum(done.values()), sum(planned.values())) from None
+        reason = str(stopped) if isinstance(stopped, WorkerDied) else None
+        raise RunInterrupted(result, sum(done.values()), sum(planned.values()), reason) from None
     return result
 
 

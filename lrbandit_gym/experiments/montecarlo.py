@@ -34,6 +34,7 @@ from lrbandit_gym import engine as engines
 from lrbandit_gym.experiments.parallel import (
     Interrupted,
     RunInterrupted,
+    WorkerDied,
     local_map,
     ray_map,
     single_threaded_blas,
@@ -125,7 +126,8 @@ def run_chunk_task(task: tuple, report: Callable[[int], None] | None = None):
 @dataclass
 class ChunkResults:
     """The chunks that finished: ``results[i]`` is the result of ``chunks[finished[i]]``,
-    in chunk order; ``stopped`` is the Ctrl-C that ended the run early, or None."""
+    in chunk order; ``stopped`` is the Ctrl-C (or the :class:`~.parallel.WorkerDied`) that
+    ended the run early, or None."""
 
     chunks: list[Chunk]
     finished: list[int]
@@ -148,8 +150,9 @@ class ChunkResults:
 
     def interrupted(self, result: Any) -> RunInterrupted:
         """The :class:`~.parallel.RunInterrupted` that carries ``result``, merged from the
-        chunks that finished."""
-        return RunInterrupted(result, self.trials_done, self.trials)
+        chunks that finished, with the reason when a worker died."""
+        reason = str(self.stopped) if isinstance(self.stopped, WorkerDied) else None
+        return RunInterrupted(result, self.trials_done, self.trials, reason)
 
 
 def chunk_map(
@@ -192,9 +195,9 @@ def run_chunks(
     in this process ``report`` itself, from worker processes through a queue that this
     process drains into ``report`` about every 0.2 s, on Ray not at all.
 
-    Ctrl-C (an :class:`~.parallel.Interrupted` from the map) returns the chunks that
-    finished with ``stopped`` set; before any chunk finished it lets the
-    ``KeyboardInterrupt`` through.
+    Ctrl-C (an :class:`~.parallel.Interrupted` from the map) or a worker that died (a
+    :class:`~.parallel.WorkerDied`) returns the chunks that finished with ``stopped`` set;
+    before any chunk finished it lets the exception through.
     """
     tasks = [(runner, c, dict(options or {}), report is not None) for c in chunks]
     fn: Callable = run_chunk_task

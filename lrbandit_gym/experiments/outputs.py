@@ -29,14 +29,14 @@ import csv
 import fnmatch
 import io
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from lrbandit_gym.files import atomic_file
 
 __all__ = [
     "ArgumentError",
@@ -172,7 +172,8 @@ def check_outputs(
     Raises
     ------
     OutputError
-        If ``folder`` is a file, or holds matching files and ``overwrite`` is false (the
+        If ``folder`` is a file or lies under one, or holds matching files and
+        ``overwrite`` is false (the
         message lists them and says to pass ``--overwrite`` or choose another folder).
     """
     folder = Path(folder)
@@ -181,6 +182,15 @@ def check_outputs(
             f"{str(folder)!r} is a file; {argument} is a folder, where the run writes its files",
             argument,
         )
+    for parent in folder.absolute().parents:  # the nearest one that exists must be a folder
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputError(
+                    f"{str(folder)!r} is under {str(parent)!r}, which is a file; {argument} "
+                    "is a folder, where the run writes its files",
+                    argument,
+                )
+            break
     found = existing_outputs(folder, patterns)
     if found and not overwrite:
         names = ", ".join(p.name for p in found)
@@ -211,21 +221,10 @@ def remove_stale(found: Iterable[Path], written: Iterable[str | Path], stream=No
 @contextlib.contextmanager
 def _atomic(path: str | Path, mode: str = "w") -> Iterator[Any]:
     """A file object for ``path`` that becomes ``path`` only when the block completes: a
-    temporary file in the same folder, renamed with ``os.replace``; removed on failure."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        kw = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
-        with os.fdopen(fd, mode, **kw) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    temporary file in the same folder with the umask's permissions, renamed with
+    ``os.replace``; removed on failure (:func:`~lrbandit_gym.files.atomic_file`)."""
+    with atomic_file(path, mode) as fh:
+        yield fh
 
 
 def write_text(path: str | Path, text: str, stamp: RunStamp | None = None) -> str:

@@ -23,10 +23,12 @@ from typing import Any
 __all__ = [
     "Interrupted",
     "RunInterrupted",
+    "WorkerDied",
     "interrupted_line",
     "local_map",
     "process_pool_map",
     "ray_map",
+    "require_ray",
     "single_threaded_blas",
 ]
 
@@ -41,12 +43,29 @@ class Interrupted(KeyboardInterrupt):
         self.total = total
 
 
+class WorkerDied(Interrupted):
+    """A worker process of a map died (killed, say by the out-of-memory killer): the map
+    stops as on Ctrl-C and keeps the items that finished (``results``), so the callers
+    write them marked partial; the message says that a worker died, not that a user
+    interrupted."""
+
+    def __init__(self, results: dict[int, Any], total: int):
+        super().__init__(results, total)
+        self.args = (
+            "a worker process died (killed, or out of memory); "
+            f"{len(self.results)} of {total} items finished",
+        )
+
+
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C during a run that kept what finished: ``result`` is the run's result over the
-    ``done`` trials that finished (of ``total``), marked partial; :attr:`line` says so."""
+    ``done`` trials that finished (of ``total``), marked partial; :attr:`line` says so.
+    ``reason`` says what stopped the run when it was not Ctrl-C (a :class:`WorkerDied`),
+    else None."""
 
-    def __init__(self, result: Any, done: int, total: int):
+    def __init__(self, result: Any, done: int, total: int, reason: str | None = None):
         self.result, self.done, self.total = result, int(done), int(total)
+        self.reason = reason
         super().__init__(self.line)
 
     @property
@@ -109,19 +128,23 @@ def process_pool_map(
     How a run stops.  The workers ignore SIGINT, so a Ctrl-C at the terminal (sent to the
     whole process group) reaches only this process.  On ``KeyboardInterrupt`` here, the items
     not yet started are cancelled (``shutdown(cancel_futures=True)``) and the running ones are
-    ended: every worker keeps a thread waiting on a ``multiprocessing.Event``, which this
-    process sets, and the thread ends its worker with SIGTERM; :class:`Interrupted` is then
-    raised with the items that had finished.  The pool stays a ``ProcessPoolExecutor``,
-    which reports a worker that dies (say, killed for memory) as ``BrokenProcessPool``,
-    where ``multiprocessing.Pool`` waits for it forever; before Python 3.14
-    (``terminate_workers``) the executor has no public way to end its workers, and the
-    event reaches them with documented calls only, workers that are still starting
-    included.  A second Ctrl-C while the workers are ending aborts at once (a plain
-    ``KeyboardInterrupt``).  An item that raises stops the others the same way before its
-    exception propagates.
+    ended: every worker keeps a thread waiting on a ``multiprocessing.Semaphore``, which
+    this process releases once per worker, and the thread ends its worker with SIGTERM;
+    :class:`Interrupted` is then raised with the items that had finished.  Releasing a
+    semaphore waits for no one, so a worker that died cannot hold the stop up (a
+    ``multiprocessing.Event`` waits in ``set()`` for every waiter to wake, the dead ones
+    too).  The pool stays a ``ProcessPoolExecutor``, which reports a worker that dies
+    (say, killed for memory) as ``BrokenProcessPool``, where ``multiprocessing.Pool``
+    waits for it forever; the map then stops the same way and raises :class:`WorkerDied`
+    with the items that had finished.  Before Python 3.14 (``terminate_workers``) the
+    executor has no public way to end its workers, and the semaphore reaches them with
+    documented calls only, workers that are still starting included.  A second Ctrl-C
+    while the workers are ending aborts at once (a plain ``KeyboardInterrupt``).  An item
+    that raises stops the others the same way before its exception propagates.
     """
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     if initializer is None:
         initializer = single_threaded_blas
@@ -129,32 +152,42 @@ def process_pool_map(
     finished: dict[int, Any] = {}
     done = on_done or (lambda i: None)
     context = multiprocessing.get_context()
-    stop = context.Event()
+    workers = max(1, min(jobs, len(items)))
+    stop = _Stop(context.Semaphore(0), workers)
     pool = ProcessPoolExecutor(
-        max(1, min(jobs, len(items))),
+        workers,
         mp_context=context,
         initializer=_start_worker,
         initargs=(stop, initializer, initargs),
     )
     futures: dict = {}
+    broken = False
     try:
         for i, item in enumerate(items):
             futures[pool.submit(fn, item)] = i
         pending = set(futures)
         while pending:
             ready, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            for future in ready:
+            for future in sorted(ready, key=futures.get):
                 i = futures[future]
-                results[i] = finished[i] = future.result()
+                try:
+                    results[i] = finished[i] = future.result()
+                except BrokenProcessPool:
+                    broken = True
+                    continue
                 done(i)
+            if broken:
+                raise BrokenProcessPool
             if poll is not None:
                 poll()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, BrokenProcessPool) as exc:
         _stop_pool(pool, stop)
         for future, i in futures.items():  # those that completed while the pool stopped
             if i not in finished and future.done() and not future.cancelled():
                 if future.exception() is None:
                     finished[i] = future.result()
+        if isinstance(exc, BrokenProcessPool):
+            raise WorkerDied(finished, len(items)) from None
         raise Interrupted(finished, len(items)) from None
     except BaseException:
         _stop_pool(pool, stop)
@@ -165,7 +198,22 @@ def process_pool_map(
     return results
 
 
-def _stop_pool(pool, stop) -> None:
+class _Stop:
+    """The workers' stop signal: ``set()`` releases ``semaphore`` once per worker, which
+    waits for no worker (a dead one included); each worker's thread takes one release."""
+
+    def __init__(self, semaphore, workers: int):
+        self.semaphore, self.workers = semaphore, workers
+
+    def set(self) -> None:
+        for _ in range(self.workers):
+            self.semaphore.release()
+
+    def wait(self) -> None:
+        self.semaphore.acquire()
+
+
+def _stop_pool(pool, stop: _Stop) -> None:
     """Cancel the items not started and end the workers (see :func:`process_pool_map`)."""
     stop.set()
     pool.shutdown(wait=True, cancel_futures=True)
@@ -246,16 +294,20 @@ def ray_map(
     jobs: int,
     on_done: Callable[[int], None] | None = None,
 ) -> list:
-    """:func:`local_map` on Ray (the ``ray`` extra), with ``jobs`` CPUs when this call
-    starts Ray itself (a running Ray is used as it is, and left running).  Ctrl-C cancels
-    the tasks not finished (``ray.cancel(force=True)``) and raises :class:`Interrupted`."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("backend='ray' needs ray: pip install 'lrbandit-gym[ray]'") from exc
+    """:func:`local_map` on Ray (the ``ray`` extra).  A Ray already initialized in this
+    process is used as it is, and left running; else, with ``RAY_ADDRESS`` set, this call
+    connects to that cluster (whose CPUs are its own: ``num_cpus`` is for a new local
+    Ray only), and otherwise starts a local Ray with ``jobs`` CPUs; what it connected or
+    started it shuts down at the end.  Ctrl-C cancels the tasks not finished
+    (``ray.cancel(force=True)``) and raises :class:`Interrupted`."""
+    import os
+
+    ray = require_ray()
     done = on_done or (lambda i: None)
     started = not ray.is_initialized()
-    if started:
+    if started and os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+    elif started:
         ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
     results: list = [None] * len(items)
     finished: dict[int, Any] = {}
@@ -280,3 +332,13 @@ def ray_map(
     finally:
         if started:
             ray.shutdown()
+
+
+def require_ray():
+    """The ``ray`` module; ``ImportError`` with the install command when the ``ray`` extra
+    is missing (the command line checks it before a run starts)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("backend='ray' needs ray: pip install 'lrbandit-gym[ray]'") from exc
+    return ray

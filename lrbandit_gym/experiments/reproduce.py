@@ -464,7 +464,8 @@ def reproduce(
     )
     if partial:
         print(f"{partial}: the files above hold what finished, marked partial", file=stream)
-        raise RunInterrupted(meta, sum(run.done.values()), total)
+        reason = getattr(run.stopped, "reason", None)
+        raise RunInterrupted(meta, sum(run.done.values()), total, reason)
     return meta
 
 

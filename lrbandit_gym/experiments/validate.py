@@ -398,7 +398,7 @@ def _check_run(setting, trials, seed, jobs, batch_size, confidence_level, backen
     """The run's arguments checked (:class:`SettingError` naming the first wrong one):
     ``(batch_size, confidence level)``."""
     from inference.results import InsufficientDataWarning  # noqa: F401  (package check)
-    from lrbandit_gym.input_checks import check_confidence_level
+    from lrbandit_gym.input_checks import check_confidence_level, check_memory
 
     check_setting(setting)
     for name, v, least in (("trials", trials, 1), ("jobs", jobs, 1), ("seed", seed, 0)):
@@ -410,6 +410,10 @@ def _check_run(setting, trials, seed, jobs, batch_size, confidence_level, backen
         raise SettingError(
             "batch_size", f"batch_size must be a positive integer; got {batch_size!r}"
         )
+    try:
+        check_memory(batch_size * _chunk_bytes(setting), "batch_size", batch_size, "a chunk")
+    except ValueError as exc:
+        raise SettingError("batch_size", str(exc)) from None
     try:
         level = check_confidence_level(confidence_level)
     except ValueError as exc:

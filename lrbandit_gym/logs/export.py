@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from lrbandit_gym.files import atomic_file
 from lrbandit_gym.logs.format import log_sizes, validate_log
 
 __all__ = ["INDEX_CONTEXTS", "to_obp", "to_vw"]
@@ -165,7 +166,9 @@ def to_vw(log: Mapping[str, Any], file: str | os.PathLike | io.TextIOBase) -> in
     log : mapping of str to array
         The log (module docstring).
     file : path or text file
-        Where to write; a path is created or replaced, an open file is written at its position.
+        Where to write; a path is created or replaced through a temporary file renamed over
+        it (a failed export leaves the old file as it was), an open file is written at its
+        position.
 
     Raises
     ------
@@ -197,7 +200,7 @@ def to_vw(log: Mapping[str, Any], file: str | os.PathLike | io.TextIOBase) -> in
             yield f"{label} | {feats}\n" if feats else f"{label} |\n"
 
     if isinstance(file, str | os.PathLike):
-        with open(file, "w", encoding="ascii") as handle:
+        with atomic_file(file, "w", encoding="ascii", newline=None) as handle:
             handle.writelines(lines())
     else:
         file.writelines(lines())

@@ -27,7 +27,9 @@ revealed uniformly), ``"estimated"`` (any dense law, estimated from the contexts
 ``context_entry_probs`` (d1, d2)).  The law's arrays are not per-round columns.
 
 Exactly one of ``context`` and ``context_index`` is present.  Other columns may be added
-(kept and saved, not checked beyond their length); the names above are never renamed.
+(kept and saved, checked for their length and for a dtype both files keep: booleans,
+integers, floats or text, and as a 0-d scalar no bytes); the names above are never
+renamed.
 
 :func:`validate_log` checks a whole log before anything reads it, and its errors
 (:class:`LogFormatError`) name the column and, for a bad value, the first bad row.
@@ -39,7 +41,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from lrbandit_gym.context_law import law_from_arrays
+from lrbandit_gym.files import atomic_file, read_npz, write_npz
 from lrbandit_gym.input_checks import MAX_MAGNITUDE, PROPENSITY_TOL
 
 __all__ = [
@@ -101,13 +103,15 @@ class LogFormatError(ValueError):
     """A log that does not follow the format; ``column`` and ``row`` say where.
 
     ``row`` is the first bad round (0-based) or None when the column as a whole is wrong
-    (missing, wrong shape or dtype).
+    (missing, wrong shape or dtype); ``column`` is None when the file itself cannot be read
+    as a log (not an archive, corrupt, crafted metadata).
     """
 
-    def __init__(self, column: str, message: str, row: int | None = None) -> None:
+    def __init__(self, column: str | None, message: str, row: int | None = None) -> None:
         self.column = column
         self.row = row
-        where = f"log column {column!r}" + ("" if row is None else f", row {row}")
+        where = "log file" if column is None else f"log column {column!r}"
+        where += "" if row is None else f", row {row}"
         super().__init__(f"{where}: {message}")
 
 
@@ -344,6 +348,12 @@ def validate_log(log: Mapping[str, Any]) -> dict[str, np.ndarray]:
         arr = np.asarray(value)
         if arr.dtype.kind == "O":
             raise LogFormatError(name, "holds Python objects; a log holds numeric or text arrays")
+        if arr.dtype.kind not in "biufUS" or (arr.ndim == 0 and arr.dtype.kind == "S"):
+            raise LogFormatError(
+                name,
+                f"holds {arr.dtype} ({'0-d ' if arr.ndim == 0 else ''}{arr.dtype.name}); the "
+                "log files keep booleans, integers, floats and text (no 0-d bytes)",
+            )
         if arr.ndim and arr.shape[0] != n:
             raise LogFormatError(name, f"must have {n} rows (one per round); got {arr.shape[0]}")
         out[name] = arr
@@ -395,9 +405,37 @@ def _to_parquet_table(log: Mapping[str, np.ndarray]):
     return pa.table(columns, metadata={_PARQUET_KEY: meta})
 
 
+def _parquet_meta(raw: bytes, path: Path) -> dict[str, dict]:
+    """The schema metadata of a Parquet log: a JSON object of ``scalars`` (name to value)
+    and ``shapes`` (name to the list of a column's trailing axes)."""
+    where = f"{str(path)!r}: the Parquet metadata {_PARQUET_KEY.decode()!r}"
+    try:
+        meta = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise LogFormatError(None, f"{where} is not JSON ({exc})") from None
+    if not isinstance(meta, dict) or sorted(meta) != ["scalars", "shapes"]:
+        got = sorted(meta) if isinstance(meta, dict) else type(meta).__name__
+        raise LogFormatError(
+            None, f"{where} must be a JSON object with 'scalars' and 'shapes'; got {got}"
+        )
+    scalars, shapes = meta["scalars"], meta["shapes"]
+    if not isinstance(scalars, dict) or not isinstance(shapes, dict):
+        raise LogFormatError(None, f"{where}: 'scalars' and 'shapes' must be JSON objects")
+    for name, shape in shapes.items():
+        ok = isinstance(shape, list) and all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape
+        )
+        if not ok:
+            raise LogFormatError(name, f"{where}: its shape must be a list of sizes; got {shape!r}")
+    return meta
+
+
 def _from_parquet(path: Path) -> dict[str, np.ndarray]:
     pa, pq = _import_pyarrow()
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise LogFormatError(None, f"{str(path)!r} is not a readable Parquet file: {exc}") from None
     raw = (table.schema.metadata or {}).get(_PARQUET_KEY)
     if raw is None:
         raise ValueError(
@@ -405,7 +443,7 @@ def _from_parquet(path: Path) -> dict[str, np.ndarray]:
             "write it with lrbandit_gym.logs.save_log, or load the table yourself and pass "
             "a mapping of arrays with the metadata (docs/logs.md)"
         )
-    meta = json.loads(raw)
+    meta = _parquet_meta(raw, path)
     log: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in meta["scalars"].items()}
     log.update({k: np.asarray(v, dtype=float) for k, v in meta.get("law_arrays", {}).items()})
     n = table.num_rows
@@ -414,18 +452,38 @@ def _from_parquet(path: Path) -> dict[str, np.ndarray]:
         if name in meta["shapes"]:
             if not pa.types.is_fixed_size_list(col.type) and not pa.types.is_list(col.type):
                 raise LogFormatError(name, f"expected a list column; got {col.type}")
-            values = col.flatten().to_numpy(zero_copy_only=False)
-            log[name] = values.reshape(n, *meta["shapes"][name])
+            values = _text(col.flatten())
+            shape = (n, *meta["shapes"][name])
+            if values.size != int(np.prod(shape, dtype=object)):
+                raise LogFormatError(
+                    name, f"holds {values.size} values, not the metadata's shape {shape}"
+                )
+            log[name] = values.reshape(shape)
         else:
-            log[name] = col.to_numpy(zero_copy_only=False)
+            log[name] = _text(col)
     return log
+
+
+def _text(col) -> np.ndarray:
+    """A Parquet column as numpy, text as ``str`` or ``bytes`` arrays (not objects)."""
+    import pyarrow as pa
+
+    values = col.to_numpy(zero_copy_only=False)
+    if values.dtype.kind == "O" and col.null_count == 0:
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            return values.astype(str)
+        if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+            return values.astype(bytes)
+    return values
 
 
 def save_log(log: Mapping[str, Any], path: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Validate ``log`` and write it to ``path`` (``.npz`` or ``.parquet``, by suffix).
 
     The file is written to a temporary name in the same folder and then renamed over
-    ``path`` (:func:`os.replace`), so a reader never sees half a file.  ``.npz`` is
+    ``path`` (or, without ``overwrite``, linked to it, so a file another writer created
+    meanwhile is not replaced: :func:`~lrbandit_gym.files.atomic_file`), so a reader never
+    sees half a file.  ``.npz`` is
     uncompressed (Gaussian contexts do not compress) and loads with ``allow_pickle=False``;
     ``.parquet`` (needs pyarrow) has one row per round, arrays of more than one axis as
     fixed-size list columns and the scalars in the schema metadata.
@@ -433,7 +491,8 @@ def save_log(log: Mapping[str, Any], path: str | os.PathLike, *, overwrite: bool
     Raises
     ------
     FileExistsError
-        When ``path`` exists and ``overwrite`` is False (before anything is written).
+        When ``path`` exists and ``overwrite`` is False (before anything is written, or
+        when another writer created it during the write).
     LogFormatError
         When the log does not follow the format (before anything is written).
     """
@@ -444,33 +503,34 @@ def save_log(log: Mapping[str, Any], path: str | os.PathLike, *, overwrite: bool
     checked = validate_log(log)
     if suffix == ".parquet":
         table = _to_parquet_table(checked)  # before the temporary file: may need pyarrow
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if suffix == ".npz":
-                np.savez(fh, **checked)
-            else:
-                _, pq = _import_pyarrow()
-                # Dictionary encoding only costs time on real-valued columns.
-                pq.write_table(table, fh, use_dictionary=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "wb", overwrite=overwrite) as fh:
+        if suffix == ".npz":
+            write_npz(fh, checked)
+        else:
+            _, pq = _import_pyarrow()
+            # Dictionary encoding only costs time on real-valued columns.
+            pq.write_table(table, fh, use_dictionary=False)
     return path
 
 
 def load_log(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Read a log written by :func:`save_log` (or any ``.npz`` of the format) and return
-    it validated (:func:`validate_log`).  ``.npz`` is read with ``allow_pickle=False``."""
+    it validated (:func:`validate_log`).
+
+    ``.npz`` is read with no pickling (:func:`~lrbandit_gym.files.read_npz`).  A file that
+    is not an archive, a truncated or corrupt one, a member declaring more data than it
+    holds, or Parquet metadata not of the format is a :class:`LogFormatError` (``column``
+    None) that says what is wrong.
+    """
     path = Path(path)
     suffix = _suffix(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such log file: {str(path)!r}")
     if suffix == ".npz":
-        with np.load(path, allow_pickle=False) as data:
-            log = {name: data[name] for name in data.files}
+        try:
+            log = read_npz(path)
+        except ValueError as exc:
+            raise LogFormatError(None, str(exc)) from None
     else:
         log = _from_parquet(path)
     return validate_log(log)

@@ -26,7 +26,12 @@ from gymnasium.vector import VectorEnv, VectorWrapper
 
 from lrbandit_gym.context_law import as_context_law
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_actions, check_propensities
+from lrbandit_gym.input_checks import (
+    MAX_MAGNITUDE,
+    check_actions,
+    check_memory,
+    check_propensities,
+)
 from lrbandit_gym.logs.format import FORMAT_VERSION, ORACLE_PREFIX, save_log
 
 __all__ = ["ORACLE_KEYS", "RecordRounds", "VectorRecordRounds"]
@@ -64,6 +69,9 @@ class _Recorder:
             raise ValueError(f"dtype must be None, float32 or float64; got {dtype!r}")
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be a positive integer; got {capacity!r}")
+        row_bytes = 8 * (int(base.d1) * int(base.d2) + 3 + int(base.n_actions))
+        trials = int(self.num_envs) if self._vector else 1
+        check_memory(capacity * trials * row_bytes, "capacity", capacity, "recorded columns")
         self.d1, self.d2 = int(base.d1), int(base.d2)
         self.n_actions = int(base.n_actions)
         self._form = str(base.context)
@@ -157,8 +165,26 @@ class _Recorder:
         return 0 if self._cols is None else sum(a.nbytes for a in self._cols.values())
 
     # -------------------------------------------------------------------------- steps
+    def _check_fits(self, obs) -> None:
+        """Refuse a dense context with an entry beyond float32's range when the contexts
+        are stored as float32 (it would be stored as ``inf`` and fail at :meth:`save`)."""
+        dtype = self._dtype
+        if self._cols is not None and "context" in self._cols:
+            dtype = self._cols["context"].dtype
+        if dtype != np.float32:
+            return
+        arr = np.asarray(obs, dtype=np.float64)
+        big = np.abs(arr) > np.finfo(np.float32).max
+        if big.any():
+            raise ValueError(
+                f"{type(self).__name__} stores float32 contexts, which hold magnitudes up to "
+                f"{float(np.finfo(np.float32).max):.4g}; got a context entry of "
+                f"{arr.flat[int(np.argmax(big))]!r}: record with dtype=np.float64"
+            )
+
     def reset(self, *, seed=None, options=None):
         obs, info = self.env.reset(seed=seed, options=options)
+        self._check_fits(obs)
         self._store_obs(obs)
         self._last_obs = obs
         return obs, info
@@ -219,8 +245,9 @@ class _Recorder:
         """Step the inner env with ``action`` unchanged and record the round.
 
         The action and the propensities are checked before the inner step; a reward that is
-        not finite is refused after it (the round is not recorded, and the bandit is put
-        back with its ``restore`` when it has one).
+        not finite, or a next context the float32 storage cannot hold, is refused after it
+        (the round is not recorded, and the bandit is put back with its ``restore`` when it
+        has one).
         """
         actions, pmf, chosen = self._resolve(action)
         base = self.env.unwrapped
@@ -235,6 +262,7 @@ class _Recorder:
                     f"rewards are finite with magnitude at most {MAX_MAGNITUDE:g}"
                 )
             oracle = self._oracle(info)
+            self._check_fits(obs)
         except BaseException:
             if checkpoint is not None:
                 base.restore(checkpoint)

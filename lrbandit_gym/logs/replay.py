@@ -17,7 +17,8 @@ from gymnasium import spaces
 
 from lrbandit_gym.context_law import law_from_arrays
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.logs.format import COMPLETION_LAWS, ORACLE_PREFIX, validate_log
+from lrbandit_gym.input_checks import check_memory
+from lrbandit_gym.logs.format import COMPLETION_LAWS, ORACLE_PREFIX, LogFormatError, validate_log
 
 __all__ = ["LogReplayEnv"]
 
@@ -55,6 +56,15 @@ class LogReplayEnv(gym.Env):
         self.d1 = int(self.log["d1"])
         self.d2 = int(self.log["d2"])
         self.n_actions = int(self.log["n_actions"])
+        try:  # agents and wrappers hold a (d1, d2) matrix per arm
+            check_memory(
+                8 * self.d1 * self.d2 * self.n_actions,
+                "d1 x d2",
+                f"{self.d1} x {self.d2}",
+                f"one (d1, d2) matrix per arm ({self.n_actions} arms)",
+            )
+        except ValueError as exc:
+            raise LogFormatError("d1", str(exc)) from None
         law = str(self.log["context_law"])
         #: The contexts' form, as the bandit's ``context``: one-hot entries or dense.
         self.context = "completion" if law in COMPLETION_LAWS else "gaussian"
@@ -94,7 +104,11 @@ class LogReplayEnv(gym.Env):
         arm, _ = split_decision(action)
         t = self.row
         logged = int(self.log["action"][t])
-        if np.ndim(arm) != 0 or int(arm) != logged:
+        if np.ndim(arm) != 0 or np.asarray(arm).dtype.kind not in "iu":
+            raise ValueError(
+                f"row {t}: an action is an integer arm (not a bool or a float); got {arm!r}"
+            )
+        if int(arm) != logged:
             raise ValueError(
                 f"row {t}: the log played arm {logged}; a replay can only take the logged "
                 f"action (got {arm!r})"

@@ -29,6 +29,7 @@ from lrbandit_gym.experiments.cli.conventions import (
     nonnegative_int,
     positive_int,
 )
+from lrbandit_gym.experiments.parallel import require_ray
 
 __all__ = ["build_parser", "main", "nonnegative_int", "positive_int"]
 
@@ -52,7 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     partial result (nothing had finished, or a second Ctrl-C) exits 130, the convention for
     SIGINT, with one line instead of a traceback."""
     args = build_parser().parse_args(argv)
+    if getattr(args, "backend", None) == "ray":  # before anything runs or is written
+        try:
+            require_ray()
+        except ImportError as exc:
+            args.parser.error(f"argument --backend: {exc}")
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        return interrupted(args.command)
+    except KeyboardInterrupt as exc:
+        return interrupted(args.command, exc)

@@ -9,8 +9,9 @@ Targets and policies are given on the command line as ``NAME=SPEC``:
   arm ``A``).
 
 Usage errors (exit 2) name the argument: a malformed spec, a log file that is missing or
-does not follow the format (the message names the column and the row), a target of the
-wrong shape, ``V*`` or policies asked of a log without ``pmf``.  A round the wrappers
+does not follow the format (the message names the column and the row), a ``--rank`` above
+``min(d1, d2)``, a target of the wrong shape, all zero or with entries above
+``MAX_MAGNITUDE``, ``V*`` or policies asked of a log without ``pmf``.  A round the wrappers
 refuse during the replay exits 1, naming its row.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,8 @@ from lrbandit_gym.experiments.outputs import (
     write_csv,
     write_text,
 )
+from lrbandit_gym.files import read_npz
+from lrbandit_gym.input_checks import check_targets
 from lrbandit_gym.logs import LogFormatError, load_log
 
 __all__ = ["OUTPUT_FILES", "add_parser", "parse_policy", "parse_target", "run"]
@@ -99,15 +103,21 @@ def _target_matrix(name: str, spec: str, d1: int, d2: int) -> np.ndarray:
     file, _, key = spec.partition(".npz:")
     try:
         if key:
-            with np.load(file + ".npz", allow_pickle=False) as data:
-                if key not in data.files:
-                    raise ValueError(f"no array {key!r} in {file}.npz (it has {data.files})")
-                arr = np.array(data[key])
+            data = read_npz(file + ".npz")
+            if key not in data:
+                raise ValueError(f"no array {key!r} in {file}.npz (it has {sorted(data)})")
+            arr = data[key]
+        elif zipfile.is_zipfile(spec):
+            raise ValueError(
+                f"{spec!r} is an npz archive, not a .npy array: give {name}=FILE.npz:KEY"
+            )
         else:
             arr = np.load(spec, allow_pickle=False)
     except OSError as exc:
         raise ValueError(f"target {name!r}: cannot read {spec!r}: {exc}") from None
     except ValueError as exc:
+        if "allow_pickle" in str(exc):  # numpy's words for a file that is not a .npy
+            exc = ValueError(f"{spec!r} is not a .npy array")
         raise ValueError(f"target {name!r}: {exc}") from None
     if arr.shape != (d1, d2) or arr.dtype.kind not in "iuf" or not np.isfinite(arr).all():
         raise ValueError(
@@ -271,12 +281,20 @@ def _read_log(args: argparse.Namespace) -> dict[str, Any]:
 
 def _targets_and_policies(args: argparse.Namespace, log: dict[str, Any]) -> tuple[dict, dict]:
     """The target matrices and policies of ``--target`` and ``--policy`` for this log;
-    V* and policies need the log's ``pmf`` (usage errors)."""
+    ``--rank`` at most ``min(d1, d2)``, targets as the wrappers take them, V* and policies
+    need the log's ``pmf`` (usage errors)."""
     parser = args.parser
     d1, d2, K = int(log["d1"]), int(log["d2"]), int(log["n_actions"])
     has_pmf = "pmf" in log
+    if args.rank > min(d1, d2):
+        parser.error(
+            f"argument --rank: must be at most min(d1, d2) = {min(d1, d2)} of the log "
+            f"({d1} x {d2} contexts); got {args.rank}"
+        )
     try:
         targets = {n: _target_matrix(n, s, d1, d2) for n, s in args.target}
+        if targets:
+            check_targets(targets, d1, d2)  # finite, not too large, not all zero
     except ValueError as exc:
         parser.error(f"argument --target: {exc}")
     try:

@@ -10,7 +10,8 @@ its exit statuses and its handling of Ctrl-C.
 * Ctrl-C that a run turns into a partial result (a
   :class:`~lrbandit_gym.experiments.parallel.RunInterrupted`) exits with status 130 after
   writing what finished (:func:`partial_result`); Ctrl-C anywhere else exits 130 with one
-  line (:func:`interrupted`).
+  line (:func:`interrupted`).  A worker process that dies stops a run the same way, with
+  exit status 1 and a line that says a worker died.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Callable
 
 from lrbandit_gym.experiments.outputs import ArgumentError
-from lrbandit_gym.experiments.parallel import RunInterrupted
+from lrbandit_gym.experiments.parallel import RunInterrupted, WorkerDied
 
 __all__ = [
     "EXIT_FAILED",
@@ -94,12 +95,24 @@ def usage_errors(args: argparse.Namespace, run: Callable[[], int]) -> int:
 
 
 def partial_result(command: str, stopped: RunInterrupted) -> int:
-    """Say that Ctrl-C stopped ``command`` after it wrote what finished; the exit status."""
+    """Say that Ctrl-C (or a worker that died, ``stopped.reason``) stopped ``command``
+    after it wrote what finished; the exit status (1 when a worker died)."""
+    if stopped.reason is not None:
+        print(
+            f"{command}: {stopped.reason}; {stopped.line} (partial result): exit status 1",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     print(f"{command}: {stopped.line} (partial result): exit status 130", file=sys.stderr)
     return EXIT_INTERRUPTED
 
 
-def interrupted(command: str) -> int:
-    """Say that Ctrl-C stopped ``lrbandit command`` with nothing to keep; the exit status."""
+def interrupted(command: str, stopped: BaseException | None = None) -> int:
+    """Say that Ctrl-C (or a worker that died, a :class:`~.parallel.WorkerDied` as
+    ``stopped``) stopped ``lrbandit command`` with nothing to keep; the exit status (1 when
+    a worker died)."""
+    if isinstance(stopped, WorkerDied):
+        print(f"lrbandit {command}: {stopped}; no further output written", file=sys.stderr)
+        return EXIT_FAILED
     print(f"lrbandit {command}: interrupted; no further output written", file=sys.stderr)
     return EXIT_INTERRUPTED

@@ -1,15 +1,19 @@
 """Whether the contexts match the law the debiasing uses: a check on a few probe matrices.
 
 The correction of Algorithm 2 is unbiased when ``E[<A, X> Σ⁻¹ vec X] = vec A`` for every
-``A`` (docs/method.md §1), with ``Σ`` the second moment of the law in use.  For a probe
-``A_j`` and ``W_j = Σ⁻¹ A_j`` the law therefore predicts
+``A`` (docs/method.md §1), with ``Σ`` the second moment of the law in use: the law must
+have the contexts' second moment.  For a probe ``A_j`` the law predicts
 
-    E[q_tj] = 1,    q_tj = <A_j, X_t> <W_j, X_t> / e_j,    e_j = vec A_jᵀ Σ vec W_j,      (C)
+    E[q_tj] = 1,    q_tj = <A_j, X_t>² / e_j,    e_j = vec A_jᵀ Σ vec A_j,               (C)
 
 and contexts of another law move the mean (entries of s.d. 0.5 declared standard Gaussian:
-0.25).  The check keeps the running sum of ``q`` and of ``q²`` for :data:`N_PROBES` probes,
-``O(N_PROBES · d1 d2)`` a round (``O(N_PROBES)`` for completion indices), and reads a
-t-statistic per probe.  The probes are chosen for the misspecifications that matter:
+0.25).  The check keeps the running sums of ``<A_j, X_t>²`` and of its square for
+:data:`N_PROBES` probes, ``O(N_PROBES · d1 d2)`` a round (``O(N_PROBES)`` for completion
+indices), and reads a t-statistic per probe against ``e_j``.  For an estimated law ``e_j``
+comes from the estimate at the read-out, fitted to the same contexts: the check then speaks
+of the estimate's structure (contexts that are not matrix-normal under
+``"estimated-kronecker"``), not of its noise; a ``"full"`` estimate fits every probe by
+construction.  The probes are chosen for the misspecifications that matter:
 the all-ones matrix and a smooth ramp (correlated or shifted entries move them most), the
 top rows and the left columns (uneven entry frequencies, uneven scales), and four fixed
 random matrices.
@@ -79,59 +83,48 @@ def probes(d1: int, d2: int) -> np.ndarray:
 
 
 class ContextCheck:
-    """Running sums of (C) for ``B`` trials against the law ``whitener`` stands for.
+    """Running sums of (C) for ``B`` trials against the law ``law`` stands for.
 
     Parameters
     ----------
     d1, d2 : int
     n_trials : int
         ``B`` (1 for an unbatched core).
-    whitener : object
+    law : object
         The law in use: a :class:`~lrbandit_gym.context_law.ContextLaw` or a running
-        estimate, with ``whiten`` and ``predicted_moment``.
+        estimate (:class:`~inference.running_law.RunningSecondMoment`), with
+        ``predicted_moment``.
     """
 
-    def __init__(self, d1: int, d2: int, n_trials: int, whitener: Any) -> None:
+    def __init__(self, d1: int, d2: int, n_trials: int, law: Any) -> None:
         self._A = probes(d1, d2)
-        self._whitener = whitener
+        self._flat = self._A.reshape(N_PROBES, -1).T.copy()  # (d1 d2, k)
+        self._law = law
         self._B = n_trials
         self._sum = np.zeros((n_trials, N_PROBES))
         self._sq = np.zeros((n_trials, N_PROBES))
         self.n = 0
-        self._W: np.ndarray | None = None
-        self._e: np.ndarray | None = None
-        self._at = -1
 
-    def _weights(self) -> tuple[np.ndarray, np.ndarray]:
-        """``W_j = Σ⁻¹ A_j`` (B, k, d1, d2) and ``e_j`` (B, k) of the law as it stands."""
-        w = self._whitener
-        if getattr(w, "estimated", False):
-            if self._W is None or self._at != w.refreshed_at:
-                W = w.whiten(np.broadcast_to(self._A, (self._B, *self._A.shape)))
-                self._W, self._e, self._at = W, w.predicted_moment(self._A, W), w.refreshed_at
-            return self._W, self._e
-        if self._W is None:
-            W = w.whiten(self._A)
-            self._W = W[None]
-            self._e = w.predicted_moment(self._A, W)[None]
-        return self._W, self._e
+    def _predicted(self) -> np.ndarray:
+        """``e_j = vec A_jᵀ Σ vec A_j`` per trial and probe, (B or 1, k)."""
+        law = self._law
+        if getattr(law, "estimated", False):
+            if law.n == 0:
+                return np.full((self._B, N_PROBES), np.nan)
+            return law.predicted_moment(
+                self._A, np.broadcast_to(self._A, (self._B, *self._A.shape))
+            )
+        return law.predicted_moment(self._A, self._A)[None]
 
     def add(self, X: np.ndarray | OneHotContexts) -> None:
-        """Absorb one round's contexts ``(B, d1, d2)`` (or one-hot indices), whitened by the
-        law before this round."""
-        W, e = self._weights()
+        """Absorb one round's contexts ``(B, d1, d2)`` (or one-hot indices)."""
         if isinstance(X, OneHotContexts):
             u = self._A[:, X.rows, X.cols].T  # (B, k)
-            Wb = np.broadcast_to(W, (self._B, *W.shape[1:]))
-            v = Wb[np.arange(self._B), :, X.rows, X.cols]  # (B, k)
         else:
-            flat = X.reshape(X.shape[0], -1)
-            u = flat @ self._A.reshape(N_PROBES, -1).T
-            v = np.einsum("bkp,bp->bk", W.reshape(*W.shape[:2], -1), flat)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            q = np.where(e > 0, u * v / e, 1.0)
-        self._sum += q
-        self._sq += q * q
+            u = X.reshape(X.shape[0], -1) @ self._flat
+        u2 = u * u
+        self._sum += u2
+        self._sq += u2 * u2
         self.n += 1
 
     def statistics(self) -> tuple[np.ndarray, np.ndarray]:
@@ -140,9 +133,10 @@ class ContextCheck:
         if n < 2:
             nan = np.full_like(self._sum, np.nan)
             return nan, nan
-        mean = self._sum / n
-        var = np.maximum(self._sq / n - mean * mean, 0.0) * n / (n - 1)
         with np.errstate(divide="ignore", invalid="ignore"):
+            e = self._predicted()
+            mean = self._sum / n / e
+            var = np.maximum(self._sq / n - (self._sum / n) ** 2, 0.0) / (e * e) * n / (n - 1)
             t = (mean - 1.0) / np.sqrt(var / n)
         t = np.where(var > 0, t, np.where(mean == 1.0, 0.0, np.inf))
         return mean - 1.0, t
@@ -203,4 +197,3 @@ class ContextCheck:
 
     def load(self, checked: tuple[np.ndarray, np.ndarray, int]) -> None:
         self._sum, self._sq, self.n = checked
-        self._W = None

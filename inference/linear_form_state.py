@@ -22,7 +22,17 @@ class LinearFormPersistence:
     """:meth:`state_dict`, :meth:`validate_state_dict` and :meth:`load_state_dict` of
     :class:`~inference.linear_form.LinearFormCore` (mixed into it)."""
 
-    _CONFIG = ("kind", "d1", "d2", "rank", "n_actions", "n_trials", "context", "projection")
+    _CONFIG = (
+        "kind",
+        "d1",
+        "d2",
+        "rank",
+        "n_actions",
+        "n_trials",
+        "context",
+        "context_law",
+        "projection",
+    )
     _ARRAYS = ("acc", "held", "last_U", "last_V", "ring_U", "ring_V", "sigma_sum", "S2_sum")
 
     def state_dict(self) -> dict[str, Any]:
@@ -39,6 +49,7 @@ class LinearFormPersistence:
             "n_actions": self.n_actions,
             "n_trials": 0 if self.n_trials is None else self.n_trials,
             "context": self.context,
+            "context_law": self.context_law.name,
             "projection": self.projection,
             "target_names": list(self._names),
             "targets": self._T.copy(),
@@ -48,6 +59,8 @@ class LinearFormPersistence:
             "S2_sum": self._S2_sum.copy(),
             "pulls": self._pulls.copy(),
             **self._weights.state_dict(),
+            **self._check.state_dict(),
+            **(self._whitener.state_dict() if self._whitener.estimated else {}),
         }
 
     def validate_state_dict(self, state: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,7 +86,11 @@ class LinearFormPersistence:
             raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         mine = self.state_dict()
         # The Lindeberg check's arrays are optional (weight_share: states saved before them).
-        required = {k: v for k, v in mine.items() if not k.startswith("weight_")}
+        required = {
+            k: v
+            for k, v in mine.items()
+            if not k.startswith(("weight_", "check_", "law_"))
+        }
         check_config(state, required, (*self._CONFIG, "target_names"))
         try:
             same = np.array_equal(np.asarray(state["targets"], dtype=float), self._T)
@@ -96,7 +113,17 @@ class LinearFormPersistence:
         if n > 0 and not initialized:
             raise ValueError(f"state['initialized'] is False but state['n'] = {n} rounds")
         weights = self._weights.check_state(state)
-        return {"n": n, "ring_n": ring_n, "initialized": initialized, "weights": weights, **new}
+        check = self._check.check_state(state)
+        law = self._whitener.check_state(state) if self._whitener.estimated else None
+        return {
+            "n": n,
+            "ring_n": ring_n,
+            "initialized": initialized,
+            "weights": weights,
+            "context_check": check,
+            "law": law,
+            **new,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict`: everything is validated first
@@ -109,4 +136,7 @@ class LinearFormPersistence:
         self._S2_sum = new["S2_sum"]
         self._pulls = new["pulls"]
         self._weights.load(new["weights"])
+        self._check.load(new["context_check"])
+        if new["law"] is not None:
+            self._whitener.load(new["law"])
         self._cache = {}

@@ -406,21 +406,24 @@ def _to_parquet_table(log: Mapping[str, np.ndarray]):
 
 
 def _parquet_meta(raw: bytes, path: Path) -> dict[str, dict]:
-    """The schema metadata of a Parquet log: a JSON object of ``scalars`` (name to value)
-    and ``shapes`` (name to the list of a column's trailing axes)."""
+    """The schema metadata of a Parquet log: a JSON object of ``scalars`` (name to value),
+    ``shapes`` (name to the list of a column's trailing axes) and, for a law given by
+    arrays, ``law_arrays`` (name to nested lists)."""
     where = f"{str(path)!r}: the Parquet metadata {_PARQUET_KEY.decode()!r}"
     try:
         meta = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise LogFormatError(None, f"{where} is not JSON ({exc})") from None
-    if not isinstance(meta, dict) or sorted(meta) != ["scalars", "shapes"]:
+    if not isinstance(meta, dict) or sorted(set(meta) - {"law_arrays"}) != ["scalars", "shapes"]:
         got = sorted(meta) if isinstance(meta, dict) else type(meta).__name__
         raise LogFormatError(
             None, f"{where} must be a JSON object with 'scalars' and 'shapes'; got {got}"
         )
     scalars, shapes = meta["scalars"], meta["shapes"]
-    if not isinstance(scalars, dict) or not isinstance(shapes, dict):
-        raise LogFormatError(None, f"{where}: 'scalars' and 'shapes' must be JSON objects")
+    if not all(isinstance(meta.get(k, {}), dict) for k in ("scalars", "shapes", "law_arrays")):
+        raise LogFormatError(
+            None, f"{where}: 'scalars', 'shapes' and 'law_arrays' must be JSON objects"
+        )
     for name, shape in shapes.items():
         ok = isinstance(shape, list) and all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape

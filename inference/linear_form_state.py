@@ -87,9 +87,7 @@ class LinearFormPersistence:
         mine = self.state_dict()
         # The Lindeberg check's arrays are optional (weight_share: states saved before them).
         required = {
-            k: v
-            for k, v in mine.items()
-            if not k.startswith(("weight_", "check_", "law_"))
+            k: v for k, v in mine.items() if not k.startswith(("weight_", "check_", "law_"))
         }
         check_config(state, required, (*self._CONFIG, "target_names"))
         try:

@@ -1,14 +1,15 @@
 """The grid of settings outside the paper's that ``lrbandit validate --grid NAME`` runs
 (docs/reproduction.md, "Validity outside the paper"): unequal dimensions and noise, other
-policies and noise laws, completion contexts, high rank, low signal-to-noise, and settings
-whose warm start is known to be too short.
+policies and noise laws, completion contexts, high rank, low signal-to-noise, settings
+whose warm start is known to be too short, and contexts of other laws (correlated, scaled,
+non-uniform completion, real images), each with the law known and estimated.
 """
 
 from __future__ import annotations
 
 from lrbandit_gym.experiments.validate_setting import ValidationSetting
 
-__all__ = ["GRID"]
+__all__ = ["GRID", "OTHER_LAWS"]
 
 #: Settings outside the paper's (docs/reproduction.md, "Validity outside the paper"): each
 #: with the problem-sized default warm start unless it says otherwise, 95% intervals for
@@ -103,6 +104,59 @@ GRID: dict[str, ValidationSetting] = {
         n=(1000, 2000),
         description="Laplace noise, rank 4 (20 x 20), softmax (τ = 0.5)",
     ),
+    "correlated-0.5": ValidationSetting(
+        env={"d1": 20, "d2": 20, "rank": 2, "context_corr": 0.5},
+        policy="epsilon-greedy",
+        n=(1000, 3000),
+        description="Gaussian contexts with AR(1) correlation 0.5 between neighbouring rows "
+        "and columns, rank 2, ε-greedy with every default (the env's Kronecker law)",
+    ),
+    "correlated-0.9": ValidationSetting(
+        env={"d1": 20, "d2": 20, "rank": 2, "context_corr": 0.9},
+        policy="epsilon-greedy",
+        n=(1000, 3000),
+        description="AR(1) correlation 0.9 (condition number about 360 per factor), rank 2, "
+        "ε-greedy with every default (the env's Kronecker law)",
+    ),
+    "scaled": ValidationSetting(
+        env={"d1": 20, "d2": 20, "rank": 2, "context_std": 0.5, "n_actions": 3},
+        policy="epsilon-greedy",
+        n=(1000, 3000),
+        description="entries of standard deviation 0.5, 3 arms, rank 2, ε-greedy with every "
+        "default (the env's law)",
+    ),
+    "completion-zipf": ValidationSetting(
+        env={
+            "d1": 10,
+            "d2": 10,
+            "rank": 1,
+            "context": "completion",
+            "noise_std": 0.02,
+            "entry_probs": "zipf:0.5",
+        },  # fmt: skip
+        policy="epsilon-greedy",
+        policy_kwargs={"epsilon": 0.1, "step_gain": 0.003},
+        warm_start=4000,
+        n=(1000, 3000),
+        description="completion whose entries are revealed with Zipf frequencies "
+        "∝ (j k)^-0.5 (the first entry 19 times as often as the last), otherwise "
+        "'completion' (the env's entry law)",
+    ),
+    "digits": ValidationSetting(
+        env={"d1": 8, "d2": 8, "rank": 2, "contexts": "digits", "noise_std": 0.1},
+        policy="epsilon-greedy",
+        targets="center-smooth",
+        n=(1000, 3000),
+        description="scikit-learn's handwritten digits (8 x 8, standardised with one global "
+        "mean and s.d.) as contexts, a synthetic rank-2 truth, ε-greedy with every default "
+        "(the data set's exact second moment)",
+    ),
+    "eight-arms": ValidationSetting(
+        env={"d1": 20, "d2": 20, "rank": 2, "n_actions": 8},
+        policy="epsilon-greedy",
+        n=(1000, 3000),
+        description="8 arms, rank 2, Gaussian contexts, ε-greedy with every default",
+    ),
     "rank5-short": ValidationSetting(
         env={"d1": 25, "d2": 25, "rank": 5},
         policy="epsilon-greedy",
@@ -112,3 +166,7 @@ GRID: dict[str, ValidationSetting] = {
         description="rank5 with a 600-round warm start (default 1600): the warm-start check warns",
     ),
 }
+
+#: The settings whose contexts follow another law than the paper's: ``lrbandit validate
+#: --grid NAME --context-law estimated`` runs each with the law estimated from the contexts.
+OTHER_LAWS = ("correlated-0.5", "correlated-0.9", "scaled", "completion-zipf", "digits")

@@ -101,9 +101,10 @@ class ValidationSetting:
         from the problem, :func:`agents.default_warm_start_rounds`).
     targets : str or mapping, default "paper"
         ``"paper"`` (``T1 = e1e1ᵀ``, ``T2 = e1e1ᵀ + 2e2e2ᵀ − 3e3e3ᵀ``), ``"entry"``
-        (``e11 = e1e1ᵀ``), ``"random"`` or ``"random:SEED"`` (a rank-one ``u vᵀ`` with unit
-        ``u``, ``v``), a path to a ``.npz`` of named ``(d1, d2)`` matrices, a mapping of
-        names to matrices, or None for ``V*`` only (:func:`load_targets`).
+        (``e11 = e1e1ᵀ``), ``"center-smooth"`` (the middle entry, and a smooth bump of unit
+        Frobenius norm: an image's pixel and region), ``"random"`` or ``"random:SEED"`` (a
+        rank-one ``u vᵀ`` with unit ``u``, ``v``), a path to a ``.npz`` of named
+        ``(d1, d2)`` matrices, a mapping of names to matrices, or None for ``V*`` only (:func:`load_targets`).
     value : bool, default True
         Also check the interval for the optimal value ``V*``.
     n : tuple of int, default (1000, 2000)
@@ -190,6 +191,11 @@ def load_targets(spec: Any, d1: int, d2: int) -> dict[str, np.ndarray]:
                 "targets", f"targets 'paper' need d1, d2 >= 3 (T2 uses e3); got ({d1}, {d2})"
             )
         found = paper_targets(d1, d2)
+    elif spec == "center-smooth":
+        center = np.zeros((d1, d2))
+        center[d1 // 2, d2 // 2] = 1.0
+        bump = np.outer(np.hanning(d1 + 2)[1:-1], np.hanning(d2 + 2)[1:-1])
+        found = {"center": center, "smooth": bump / np.linalg.norm(bump)}
     elif spec == "entry":
         t = np.zeros((d1, d2))
         t[0, 0] = 1.0
@@ -202,8 +208,8 @@ def load_targets(spec: Any, d1: int, d2: int) -> dict[str, np.ndarray]:
     else:
         raise SettingError(
             "targets",
-            "targets must be 'paper', 'entry', 'random', 'random:SEED', a .npz file or a "
-            f"mapping of names to ({d1}, {d2}) matrices; got {spec!r}",
+            "targets must be 'paper', 'entry', 'center-smooth', 'random', 'random:SEED', a "
+            f".npz file or a mapping of names to ({d1}, {d2}) matrices; got {spec!r}",
         )
     out = {}
     for name, t in found.items():

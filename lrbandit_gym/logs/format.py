@@ -419,7 +419,7 @@ def _parquet_meta(raw: bytes, path: Path) -> dict[str, dict]:
         raise LogFormatError(
             None, f"{where} must be a JSON object with 'scalars' and 'shapes'; got {got}"
         )
-    scalars, shapes = meta["scalars"], meta["shapes"]
+    shapes = meta["shapes"]
     if not all(isinstance(meta.get(k, {}), dict) for k in ("scalars", "shapes", "law_arrays")):
         raise LogFormatError(
             None, f"{where}: 'scalars', 'shapes' and 'law_arrays' must be JSON objects"

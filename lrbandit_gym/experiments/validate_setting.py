@@ -104,7 +104,8 @@ class ValidationSetting:
         (``e11 = e1e1ᵀ``), ``"center-smooth"`` (the middle entry, and a smooth bump of unit
         Frobenius norm: an image's pixel and region), ``"random"`` or ``"random:SEED"`` (a
         rank-one ``u vᵀ`` with unit ``u``, ``v``), a path to a ``.npz`` of named
-        ``(d1, d2)`` matrices, a mapping of names to matrices, or None for ``V*`` only (:func:`load_targets`).
+        ``(d1, d2)`` matrices, a mapping of names to matrices, or None for ``V*`` only
+        (:func:`load_targets`).
     value : bool, default True
         Also check the interval for the optimal value ``V*``.
     n : tuple of int, default (1000, 2000)

@@ -131,6 +131,14 @@ class ContextSource:
         x[np.arange(batch), flat_index] = 1
         return x.reshape(batch, self.d1, self.d2), flat_index
 
+    def context_mean(self) -> np.ndarray:
+        """``E[X]``, shape (d1, d2)."""
+        if self.kind == "dataset":
+            return self.data.mean(axis=0)
+        if self.kind == "entries":
+            return self.law.probs
+        return np.zeros((self.d1, self.d2))
+
     def optimal_value(self, params: np.ndarray, gaussian_expected_max) -> float:
         """Exact ``V* = E[max_a <M_a, X>]`` under this source (module docstring)."""
         if self.kind == "dataset":

@@ -31,9 +31,9 @@ from lrbandit_gym.env import check_action
 from lrbandit_gym.input_checks import (
     MAX_MAGNITUDE,
     check_choice,
-    check_memory,
     check_positive_float,
 )
+from lrbandit_gym.memory import check_memory
 
 __all__ = [
     "ENV_ID",

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-import os
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -39,7 +38,6 @@ __all__ = [
     "check_finite",
     "check_flags",
     "check_magnitude",
-    "check_memory",
     "check_matrix_stack",
     "check_n_trials",
     "check_positive_float",
@@ -95,26 +93,6 @@ def _integer(value: Any, message: str) -> int:
         return operator.index(value)
     except TypeError:
         raise ValueError(message) from None
-
-
-def physical_memory() -> int | None:
-    """Bytes of memory of this machine (``os.sysconf``), or None where it is not known."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def check_memory(nbytes: int, name: str, value: Any, what: str) -> None:
-    """Refuse, before allocating, a request of ``nbytes`` bytes (``what``, sized by the
-    argument ``name`` = ``value``) that exceeds this machine's memory: the allocation
-    would end in ``MemoryError`` (or numpy's "array is too big") after state changed."""
-    memory = physical_memory()
-    if memory is not None and nbytes > memory:
-        raise ValueError(
-            f"{name} = {value!r} asks for {what} of {nbytes:.3g} bytes, more than this "
-            f"machine's memory ({memory:.3g} bytes)"
-        )
 
 
 def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:

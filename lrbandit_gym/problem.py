@@ -150,6 +150,17 @@ class BanditProblem:
         return draw_contexts(rng, batch, self.d1, self.d2, self.context, self.dtype, matrix)
 
     @cached_property
+    def arm_values(self) -> np.ndarray:
+        """``E<M_a, X>`` of every arm, shape (K,): the value of always playing ``a``."""
+        if self.source.active:
+            mean = self.source.context_mean()
+        elif self.context == "completion":
+            mean = np.full((self.d1, self.d2), 1.0 / (self.d1 * self.d2))
+        else:
+            return np.zeros(self.n_actions)
+        return self.flat_params @ mean.ravel()
+
+    @cached_property
     def optimal_value(self) -> float:
         """``V* = E[max_a <M_a, X>]``, exact (docs/method.md §1)."""
         if self.source.active:

@@ -44,7 +44,5 @@ def target_policies(n_actions: int, n_trials: int | None = None) -> dict[str, Ca
 def target_policy_values(base) -> dict[str, float]:
     """The exact value of every target policy in the environment ``base`` (single or
     vector, unwrapped), by name."""
-    means = base.problem.params.mean(axis=(1, 2)) if base.context == "completion" else None
-    arm0 = 0.0 if means is None else float(means[0])  # E<M_0, X>
-    uniform = 0.0 if means is None else float(means.mean())
-    return {"arm 0": arm0, "uniform": uniform}
+    values = base.problem.arm_values  # E<M_a, X>
+    return {"arm 0": float(values[0]), "uniform": float(values.mean())}

@@ -203,10 +203,8 @@ def run_chunk(
     """Run ``n_trials`` trials of ``setting`` in one batch on the vector env.
 
     Returns ``{"quantities", "readers": {name: arrays}, "estimation_error" (C, B, K),
-    "value_bias" (C, B) (:meth:`InferenceStack.value_bias`), "round_share" (C, B)
-    (:meth:`InferenceStack.round_share`), "context_flag" (C, B)
-    (:meth:`InferenceStack.context_flags`), "min_propensity" (B,),
-    "warm_start_ratio" (B, K), "warnings": [(category, message)],
+    "value_bias", "round_share", "context_flag" (C, B) (:class:`InferenceStack`'s methods),
+    "min_propensity" (B,), "warm_start_ratio" (B, K), "warnings": [(category, message)],
     "rounds": rounds played, "failure": None or why the chunk stopped early}``; ``report(k)``
     is called every 50 rounds with the rounds played since the last call.  A
     ``FloatingPointError`` of the policy or the wrappers (a diverging estimator, which stops
@@ -398,7 +396,8 @@ def _check_run(setting, trials, seed, jobs, batch_size, confidence_level, backen
     """The run's arguments checked (:class:`SettingError` naming the first wrong one):
     ``(batch_size, confidence level)``."""
     from inference.results import InsufficientDataWarning  # noqa: F401  (package check)
-    from lrbandit_gym.input_checks import check_confidence_level, check_memory
+    from lrbandit_gym.input_checks import check_confidence_level
+    from lrbandit_gym.memory import check_memory
 
     check_setting(setting)
     for name, v, least in (("trials", trials, 1), ("jobs", jobs, 1), ("seed", seed, 0)):
@@ -548,8 +547,7 @@ def validate(
         Where the chunks run: this process (``jobs == 1``) or ``jobs`` local processes, or
         Ray (the ``ray`` extra); the numbers are the same.
     context_law : str, optional
-        The law the parameter intervals divide by (default: the environment's;
-        ``"estimated"``: estimated from the contexts; docs/method.md §1).
+        The parameter intervals' law (default the env's; docs/method.md §1).
 
     Returns
     -------

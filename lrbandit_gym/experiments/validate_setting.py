@@ -66,6 +66,7 @@ ENV_KEYS = (
     "context_corr",
     "entry_probs",
     "contexts",
+    "params",
 )
 
 

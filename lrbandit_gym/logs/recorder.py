@@ -29,10 +29,10 @@ from lrbandit_gym.decision import split_decision
 from lrbandit_gym.input_checks import (
     MAX_MAGNITUDE,
     check_actions,
-    check_memory,
     check_propensities,
 )
 from lrbandit_gym.logs.format import FORMAT_VERSION, ORACLE_PREFIX, save_log
+from lrbandit_gym.memory import check_memory
 
 __all__ = ["ORACLE_KEYS", "RecordRounds", "VectorRecordRounds"]
 

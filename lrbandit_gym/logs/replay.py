@@ -17,8 +17,8 @@ from gymnasium import spaces
 
 from lrbandit_gym.context_law import law_from_arrays
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.input_checks import check_memory
 from lrbandit_gym.logs.format import COMPLETION_LAWS, ORACLE_PREFIX, LogFormatError, validate_log
+from lrbandit_gym.memory import check_memory
 
 __all__ = ["LogReplayEnv"]
 

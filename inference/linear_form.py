@@ -144,6 +144,9 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
         self._S2_sum = np.zeros((B, K, len(self._names)))  # n·Ŝ², eq. (14)
         self._pulls = np.zeros((B, K), dtype=np.int64)
         self._weights = WeightShare(B, K)  # Lindeberg's share of each arm (weight_share)
+        # ... and of each arm and target's design term (c·w·<G_t, X_t>)², the realized
+        # variance of Ŝ², whose largest round flags heavy-tailed contexts (weight_share).
+        self._design = WeightShare(B, K * len(self._names), prefix="design")
         law = self.context_law
         # The law in use: the given one, or a running estimate of it (running_law).
         self._whitener = RunningSecondMoment(law, B) if law.estimated else law

@@ -132,6 +132,14 @@ class LinearFormRound:
                 return ctx
         return Xb
 
+    def _add_design(self, action, weight, g, c) -> None:
+        """The pulled arm's design terms ``(c·w·<G_t, X_t>)²`` into the design share."""
+        B, K, nT = self._S2_sum.shape
+        terms = np.zeros((B, K, nT))
+        cw = c * weight
+        terms[np.arange(B), action] = (cw * cw)[:, None] * g * g
+        self._design.add(terms.reshape(B, K * nT))
+
     def observe_context(self, X: Any) -> None:
         """Add a round's context that does not enter the inference (a warm start's) to an
         estimated law; nothing for a given law.  ``X``: the contexts in the batched layout
@@ -353,6 +361,7 @@ class LinearFormRound:
             self._pulls[trials, action] += weight > 0
         if terms.factors is not None:
             self._weights.add(terms.factors)
+        self._add_design(action, weight, g, self.c if terms.scale is None else terms.scale)
         if self._whitener.estimated:
             self._whitener.observe(X)
         self._n += 1

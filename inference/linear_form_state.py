@@ -59,6 +59,7 @@ class LinearFormPersistence:
             "S2_sum": self._S2_sum.copy(),
             "pulls": self._pulls.copy(),
             **self._weights.state_dict(),
+            **self._design.state_dict(),
             **self._check.state_dict(),
             **(self._whitener.state_dict() if self._whitener.estimated else {}),
         }
@@ -111,6 +112,7 @@ class LinearFormPersistence:
         if n > 0 and not initialized:
             raise ValueError(f"state['initialized'] is False but state['n'] = {n} rounds")
         weights = self._weights.check_state(state)
+        design = self._design.check_state(state)
         check = self._check.check_state(state)
         law = self._whitener.check_state(state) if self._whitener.estimated else None
         return {
@@ -118,6 +120,7 @@ class LinearFormPersistence:
             "ring_n": ring_n,
             "initialized": initialized,
             "weights": weights,
+            "design": design,
             "context_check": check,
             "law": law,
             **new,
@@ -134,6 +137,7 @@ class LinearFormPersistence:
         self._S2_sum = new["S2_sum"]
         self._pulls = new["pulls"]
         self._weights.load(new["weights"])
+        self._design.load(new["design"])
         self._check.load(new["context_check"])
         if new["law"] is not None:
             self._whitener.load(new["law"])

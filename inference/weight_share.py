@@ -51,11 +51,14 @@ class WeightShare:
         ``B`` (1 for an unbatched core).
     n_quantities : int
         ``m``: the arms of a parameter core, the target policies of a policy-value core.
+    prefix : str, default "weight"
+        Its keys in a state: ``{prefix}_sum`` and ``{prefix}_max``.
     """
 
-    def __init__(self, n_trials: int, n_quantities: int) -> None:
+    def __init__(self, n_trials: int, n_quantities: int, prefix: str = "weight") -> None:
         self._sum = np.zeros((n_trials, n_quantities))
         self._max = np.zeros((n_trials, n_quantities))
+        self._keys = (f"{prefix}_sum", f"{prefix}_max")
 
     def add(self, factors: np.ndarray) -> None:
         """Absorb one round's ``v_t``, shape ``(B, m)``, ``>= 0`` (``inf`` where a
@@ -76,7 +79,7 @@ class WeightShare:
         return np.where(np.isinf(self._max), 1.0, out)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return {"weight_sum": self._sum.copy(), "weight_max": self._max.copy()}
+        return {self._keys[0]: self._sum.copy(), self._keys[1]: self._max.copy()}
 
     def check_state(self, state: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         """Validated copies of ``state``'s two arrays, changing nothing; NaN arrays for a
@@ -88,10 +91,10 @@ class WeightShare:
             Naming the key whose array has the wrong shape, a negative or NaN entry (NaN is
             accepted only in both arrays throughout), or a maximum above the sum.
         """
-        if "weight_sum" not in state and "weight_max" not in state:
+        if self._keys[0] not in state and self._keys[1] not in state:
             return np.full_like(self._sum, np.nan), np.full_like(self._max, np.nan)
         arrays = []
-        for key in ("weight_sum", "weight_max"):
+        for key in self._keys:
             if key not in state:
                 raise ValueError(f"state has {key!r}'s partner but not {key!r}")
             try:
@@ -111,14 +114,15 @@ class WeightShare:
         if np.isnan(total).all() and np.isnan(top).all():
             return total, top  # unknown (forget), as saved
         if np.isnan(total).any() or np.isnan(top).any():
+            a, b = self._keys
             raise ValueError(
-                "state['weight_sum'] and state['weight_max'] must both be NaN throughout "
+                f"state[{a!r}] and state[{b!r}] must both be NaN throughout "
                 "(unknown) or both hold no NaN; got NaN in "
-                + ("'weight_sum'" if np.isnan(total).any() else "'weight_max'")
+                + (repr(a) if np.isnan(total).any() else repr(b))
                 + " only: the Lindeberg check would stay silent for good"
             )
         if (top > total).any():
-            raise ValueError("state['weight_max'] exceeds state['weight_sum'] somewhere")
+            raise ValueError(f"state[{self._keys[1]!r}] exceeds state[{self._keys[0]!r}] somewhere")
         return total, top
 
     def load(self, arrays: tuple[np.ndarray, np.ndarray]) -> None:
@@ -126,8 +130,20 @@ class WeightShare:
         self._sum, self._max = arrays
 
 
+_PROPENSITY_CAUSE = (
+    "predictable variance{where}: too few rounds, or weights 1/pi_t too uneven (a "
+    "propensity close to zero)"
+)
+
+
 def warn_heavy_rounds(
-    share: np.ndarray, n: int, what: str, batched: bool, advice: str, stacklevel: int = 3
+    share: np.ndarray,
+    n: int,
+    what: str,
+    batched: bool,
+    advice: str,
+    stacklevel: int = 3,
+    cause: str = _PROPENSITY_CAUSE,
 ) -> None:
     """Warn (:class:`~inference.results.SmallPropensityWarning`) where one round holds more
     than :data:`SHARE_LIMIT` of the predictable variance of ``what``.
@@ -144,6 +160,8 @@ def warn_heavy_rounds(
         Whether to name the trials.
     advice : str
         What the user can change beyond reading after more rounds.
+    cause : str
+        What holds the share and why, with ``{where}`` for the trials.
     """
     heavy = share > SHARE_LIMIT
     if not heavy.any():
@@ -153,8 +171,8 @@ def warn_heavy_rounds(
     warnings.warn(
         SmallPropensityWarning(
             f"{what}: one of its {n} rounds holds {share[i]:.0%} of the estimate's "
-            f"predictable variance{where}: too few rounds, or weights 1/pi_t too uneven (a "
-            "propensity close to zero). The normal approximation behind the interval needs "
+            + cause.format(where=where)
+            + ". The normal approximation behind the interval needs "
             "every round's share to vanish (Lindeberg's condition, docs/method.md §8); above "
             f"{SHARE_LIMIT:.0%} the interval may under-cover. Read it after more rounds, or "
             f"{advice}"

@@ -203,7 +203,7 @@ def run_chunk(
     """Run ``n_trials`` trials of ``setting`` in one batch on the vector env.
 
     Returns ``{"quantities", "readers": {name: arrays}, "estimation_error" (C, B, K),
-    "value_bias", "round_share", "context_flag" (C, B) (:class:`InferenceStack`'s methods),
+    and each of :data:`CHECKPOINTED` (C, B) (:meth:`InferenceStack.checkpoint_diagnostics`),
     "min_propensity" (B,), "warm_start_ratio" (B, K), "warnings": [(category, message)],
     "rounds": rounds played, "failure": None or why the chunk stopped early}``; ``report(k)``
     is called every 50 rounds with the rounds played since the last call.  A
@@ -232,9 +232,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
     last = max(r.last for r in active)
     checkpoints = sorted(set(int(n) for n in setting.n))
     error = np.full((len(checkpoints), n_trials, k), np.nan)
-    bias = np.full((len(checkpoints), n_trials), np.nan)
-    share = np.full((len(checkpoints), n_trials), np.nan)
-    law_flag = np.full((len(checkpoints), n_trials), np.nan)
+    per_trial = {name: np.full((len(checkpoints), n_trials), np.nan) for name in CHECKPOINTED}
     min_prop = np.full(n_trials, np.nan)
     min_chosen = np.full(n_trials, np.nan)
     env = stack.env
@@ -271,9 +269,8 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
                 reader.read(n, stack)
         if n in checkpoints:
             error[checkpoints.index(n)] = stack.estimation_error()
-            bias[checkpoints.index(n)] = stack.value_bias()
-            share[checkpoints.index(n)] = stack.round_share()
-            law_flag[checkpoints.index(n)] = stack.context_flags()
+            for name, values in stack.checkpoint_diagnostics().items():
+                per_trial[name][checkpoints.index(n)] = values
     if report is not None and pending:
         report(pending)
     check = getattr(stack.owner, "warm_start_check", None)
@@ -282,9 +279,7 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
         "quantities": stack.quantities,
         "readers": {r.name: r.result() for r in active},
         "estimation_error": error,
-        "value_bias": bias,
-        "round_share": share,
-        "context_flag": law_flag,
+        **per_trial,
         "min_propensity": min_prop,
         "min_chosen_propensity": min_chosen,
         "warm_start_ratio": ratio.reshape(n_trials, k),
@@ -293,6 +288,8 @@ def _run_chunk(setting, n_trials, seed, confidence_level, readers, report):
     }
 
 
+#: Per-trial diagnostics read at every checkpoint (:meth:`InferenceStack.checkpoint_diagnostics`).
+CHECKPOINTED = ("value_bias", "round_share", "design_share", "context_flag")
 #: Per-trial diagnostics of a chunk, by the axis its trials lie on.
 DIAGNOSTIC_AXES = {
     "estimation_error": 1,
@@ -301,6 +298,7 @@ DIAGNOSTIC_AXES = {
     "value_bias": 1,
     "round_share": 1,
     "context_flag": 1,
+    "design_share": 1,
     "warm_start_ratio": 0,
 }
 

@@ -379,6 +379,9 @@ class ValidationResult:
         share = a.get("round_share")
         if share is not None and np.isfinite(share).any():
             lines.append(self._round_share_line(share))
+        design = a.get("design_share")
+        if design is not None and np.isfinite(design).any():
+            lines.append(self._round_share_line(design, "an arm and target's design"))
         flags = a.get("context_flag")
         if flags is not None and np.isfinite(flags).any():
             lines.append(self._context_flag_line(flags))
@@ -401,10 +404,10 @@ class ValidationResult:
             "ContextLawWarning at the parameter read-outs; docs/method.md §1): " + "; ".join(parts)
         )
 
-    def _round_share_line(self, share: np.ndarray) -> str:
+    def _round_share_line(self, share: np.ndarray, what: str = "an arm's predictable") -> str:
         """Per checkpoint, how many trials' parameter read-outs warned that one round holds
-        over :data:`~inference.weight_share.SHARE_LIMIT` of an arm's predictable variance
-        (Lindeberg's condition), and how the parameter intervals of the others covered."""
+        over :data:`~inference.weight_share.SHARE_LIMIT` of ``what`` variance (Lindeberg's
+        condition), and how the parameter intervals of the others covered."""
         parts = []
         for c, n in enumerate(self.arrays["checkpoints"]):
             heavy = share[c] > SHARE_LIMIT
@@ -416,7 +419,7 @@ class ValidationResult:
                 part += f", the others covered {min(covered):.3f}–{max(covered):.3f}"
             parts.append(part)
         return (
-            f"Lindeberg check (one round above {SHARE_LIMIT:g} of an arm's predictable "
+            f"Lindeberg check (one round above {SHARE_LIMIT:g} of {what} "
             "variance: SmallPropensityWarning at the parameter read-outs; docs/method.md §8): "
             + "; ".join(parts)
         )

@@ -151,6 +151,22 @@ class InferenceStack:
             return np.full(self.env.num_envs, np.nan)
         return np.asarray(self.parameters.core.round_shares()).max(axis=-1)
 
+    def checkpoint_diagnostics(self) -> dict[str, np.ndarray]:
+        """The per-trial diagnostics a checkpoint records, ``(B,)`` each, by name."""
+        return {
+            "value_bias": self.value_bias(),
+            "round_share": self.round_share(),
+            "design_share": self.design_share(),
+            "context_flag": self.context_flags(),
+        }
+
+    def design_share(self) -> np.ndarray:
+        """The parameter intervals' largest Lindeberg share of a design term over the arms
+        and targets, ``(B,)`` (NaN without parameter inference)."""
+        if self.parameters is None:
+            return np.full(self.env.num_envs, np.nan)
+        return np.asarray(self.parameters.core.design_shares()).max(axis=(-1, -2))
+
     def context_flags(self) -> np.ndarray:
         """Whether the context check contradicts the law the parameter intervals use, as
         1.0 / 0.0 per trial, ``(B,)`` (NaN without parameter inference): such trials'

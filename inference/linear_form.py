@@ -142,6 +142,9 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
         self._sum = DebiasedSum(B, K, self.d1, self.d2, self.rank)  # n·M^unbs, eq. (11)
         self._sigma_sum = np.zeros((B, K))  # n·σ̂², eq. (13)
         self._S2_sum = np.zeros((B, K, len(self._names)))  # n·Ŝ², eq. (14)
+        # n·(robust variance): Σ_t (c·w·res·<G_t, W_t>)², the standard error under a law
+        # other than the paper's two (docs/method.md §11); kept only there.
+        self._V_sum = np.zeros((B, K, len(self._names)))
         self._pulls = np.zeros((B, K), dtype=np.int64)
         self._weights = WeightShare(B, K)  # Lindeberg's share of each arm (weight_share)
         # ... and of each arm and target's design term (c·w·<G_t, X_t>)², the realized
@@ -201,6 +204,23 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
         The last axis follows :attr:`target_names`.  NaN before any data.
         """
         return self._out(self._S2_sum / self._n if self._n else self._S2_sum * np.nan)
+
+    @property
+    def robust(self) -> bool:
+        """Whether the standard error is the heteroscedasticity-robust one (a law other than
+        the paper's two, docs/method.md §11) rather than ``σ̂·Ŝ/√n``."""
+        return self.c is None
+
+    def standard_errors(self) -> np.ndarray:
+        """The standard error of every arm and target, ``(K, n_T)`` or ``(B, K, n_T)``:
+        ``σ̂·Ŝ/√n`` (eq. (15)), or the robust one; NaN before any data."""
+        n = self._n
+        if not n:
+            return self._out(self._S2_sum * np.nan)
+        var = (
+            self._V_sum / n if self.robust else (self._sigma_sum / n)[..., None] * self._S2_sum / n
+        )
+        return self._out(np.sqrt(var / n))
 
     def __repr__(self) -> str:
         batch = "" if self.n_trials is None else f", n_trials={self.n_trials}"

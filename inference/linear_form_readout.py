@@ -25,7 +25,7 @@ from inference.results import (
 )
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from inference.tangent_space import basis_transform
-from inference.weight_share import warn_heavy_rounds
+from inference.weight_share import DESIGN_SHARE_LIMIT, warn_heavy_rounds
 from lrbandit_gym.input_checks import check_arm, check_confidence_level, check_target_name
 
 __all__ = ["LinearFormReadout"]
@@ -57,7 +57,7 @@ class LinearFormReadout:
         ``(c·w_t·<G_t, X_t>)²`` over their sum ``n·Ŝ²``, ``(K, n_T)`` or ``(B, K, n_T)``.
         A few rounds hold the sum where the contexts are heavy-tailed along the directions
         the target reads (rare pixels, an ill-conditioned law, a rarely revealed entry);
-        a read-out above :data:`~inference.weight_share.SHARE_LIMIT` warns."""
+        a read-out above :data:`~inference.weight_share.DESIGN_SHARE_LIMIT` warns."""
         B, K, nT = self._S2_sum.shape
         return self._out(self._design.shares().reshape(B, K, nT))
 
@@ -86,6 +86,7 @@ class LinearFormReadout:
             "directions the target reads (the whitened context <G_t, Σ⁻¹X_t> is large on a "
             "few rounds: rare entries, pixels that are rarely on, or directions the contexts "
             "barely vary along)",
+            limit=DESIGN_SHARE_LIMIT,
         )
         if self.check_contexts:
             self._check.warn(what, self.context_law.describe(), self.batched, stacklevel=5)
@@ -192,6 +193,9 @@ class LinearFormReadout:
         m_hat = np.einsum("bij,ij->b", self._point(arm), self._T[k])
         sigma2 = self._sigma_sum[:, arm] / self._n
         S2 = self._S2_sum[:, arm, k] / self._n
+        if self.robust:  # σ̂²·S2 is then the robust variance (docs/method.md §11)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                S2 = np.where(sigma2 > 0, self._V_sum[:, arm, k] / self._n / sigma2, 0.0)
         never = self._pulls[:, arm] == 0
         if never.any():
             warn_insufficient(

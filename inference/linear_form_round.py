@@ -216,9 +216,23 @@ class LinearFormRound:
         """
         changes, Ua, Va, products, balanced = estimate
         one_hot = isinstance(X, OneHotContexts)
-        if self.c is None:
-            return self._propose_whitened(estimate, X, action, reward, weight)
         compiled = balanced and products is not None and engine.compiled()
+        c, whitened, observed = self.c, None, reward
+        if c is None:  # a law that is not I/c (docs/method.md §11)
+            if one_hot or not compiled:
+                return self._propose_whitened(estimate, X, action, reward, weight)
+            # The kernel reads the prediction and <G_t, ·> off the products it is given: given
+            # those of the whitened context, its residual would be taken against <M̂, W_t>,
+            # so the reward it sees is shifted to make that residual y_t − <M̂, X_t>.
+            whitened = self._whitener.whiten(X)
+            pred = np.einsum("bir,bir->b", Ua, products[0])
+            products = (
+                np.matmul(whitened, Va),
+                np.matmul(whitened.swapaxes(-1, -2), Ua),
+                products[2],
+            )
+            reward = reward - pred + np.einsum("bir,bir->b", Ua, products[0])
+            c = 1.0
         if compiled:  # positional calls: the round's fixed cost is numba's dispatch
             from inference import _kernels
 
@@ -227,14 +241,14 @@ class LinearFormRound:
             tr = self._triplets
             if one_hot:  # the pulled arm's O(r) part
                 bad = _kernels.one_hot_terms(
-                    X.rows, X.cols, Ua, Va, products[2], action, reward, weight, self.c,
+                    X.rows, X.cols, Ua, Va, products[2], action, reward, weight, c,
                     self._kappa, MAX_MAGNITUDE, tr.Xs, tr.Ys, tr.x_rows, tr.y_rows, tr.Xs_sub,
                     tr.Ys_sub, tr.Sw, self._sigma_sum, self._S2_sum, res, g,
                 )  # fmt: skip
             else:
                 XV, XtU, sq = products
                 bad = _kernels.round_terms(
-                    Ua, Va, XV, XtU, sq, action, reward, weight, self.c, self._kappa,
+                    Ua, Va, XV, XtU, sq, action, reward, weight, c, self._kappa,
                     MAX_MAGNITUDE, tr.x_rows, tr.y_rows, tr.Xs_sub, tr.Ys_sub, tr.Sw,
                     self._sigma_sum, self._S2_sum, res, g,
                 )  # fmt: skip
@@ -249,8 +263,9 @@ class LinearFormRound:
                 res = reward - pred  # res_t = y_t − <M̂, X_t>
                 bad = self._refused(action, weight, res, g, self.c)
         if bad >= 0:
-            self._refuse(bad, action, reward, weight, res, g)
-        return RoundTerms(changes, X, action, weight, res, g, compiled, self.position)
+            self._refuse(bad, action, observed, weight, res, g)
+        terms = RoundTerms(changes, X, action, weight, res, g, compiled, self.position)
+        return terms if whitened is None else terms._replace(whitened=whitened)
 
     def _propose_whitened(self, estimate, X, action, reward, weight) -> RoundTerms:
         """:meth:`_propose` under a law whose ``Σ`` is not ``I/c``: the residual reads
@@ -267,17 +282,32 @@ class LinearFormRound:
         if one_hot and products is None:
             products = (*one_hot_products(X, Ua, Va), None)
         with np.errstate(over="ignore", invalid="ignore"):
-            pred, g = pulled_arm_terms(
-                Ua, Va, X, self._triplets, self._kappa, balanced=balanced, products=products
-            )
             if one_hot and isinstance(self._whitener, EntryLaw):  # Σ⁻¹ e_j e_kᵀ = e_j e_kᵀ/p_jk
+                pred, g = pulled_arm_terms(
+                    Ua, Va, X, self._triplets, self._kappa, balanced=balanced, products=products
+                )
                 scale, whitened = self._whitener.entry_scale(X.rows, X.cols), None
                 g = g * scale[:, None]
             else:
                 dense = X.dense() if one_hot else X
+                XV = np.matmul(dense, Va) if products is None else products[0]
+                pred = np.einsum("bir,bir->b", Ua, XV)  # <M̂, X_t> = tr(Uᵀ X V)
                 whitened = self._whitener.whiten(dense)
+                white = (
+                    np.matmul(whitened, Va),
+                    np.matmul(whitened.swapaxes(-1, -2), Ua),
+                    None if products is None else products[2],
+                )
                 scale = np.ones(self._B)
-                _, g = pulled_arm_terms(Ua, Va, whitened, self._triplets, self._kappa)
+                _, g = pulled_arm_terms(
+                    Ua,
+                    Va,
+                    whitened,
+                    self._triplets,
+                    self._kappa,
+                    balanced=balanced and white[2] is not None,
+                    products=white,
+                )
             res = reward - pred
             bad = self._refused(action, weight, res, g, scale)
         if bad >= 0:
@@ -341,10 +371,12 @@ class LinearFormRound:
                     order = np.argsort(bi, kind="stable")
                     bi, ki, U_new, V_new = bi[order], ki[order], U_new[order], V_new[order]
                 held = self._sum
+                W = X if terms.whitened is None else terms.whitened  # the correction's context
                 queued = _kernels.absorb_round(
                     bi, ki, U_new, V_new, held.held, held.last_U, held.last_V, held.ring_U,
-                    held.ring_V, held.ring_n, X.reshape(X.shape[0], -1), action, weight, self.c,
-                    res, g, debias, self._sigma_sum, self._S2_sum, held.acc, self._pulls,
+                    held.ring_V, held.ring_n, W.reshape(W.shape[0], -1), action, weight,
+                    1.0 if self.c is None else self.c, res, g, debias, self._sigma_sum,
+                    self._S2_sum, held.acc, self._pulls,
                 )  # fmt: skip
                 held.advance(queued)
         else:
@@ -361,7 +393,12 @@ class LinearFormRound:
             self._pulls[trials, action] += weight > 0
         if terms.factors is not None:
             self._weights.add(terms.factors)
-        self._add_design(action, weight, g, self.c if terms.scale is None else terms.scale)
+        c = self.c if terms.scale is None else terms.scale
+        c = 1.0 if c is None else c
+        self._add_design(action, weight, g, c)
+        if self.c is None:  # the robust variance's terms (c·w·res·<G_t, W_t>)²
+            term = (c * weight * res)[:, None] * g
+            self._V_sum[np.arange(self._B), action] += term * term
         if self._whitener.estimated:
             self._whitener.observe(X)
         self._n += 1

@@ -33,7 +33,17 @@ class LinearFormPersistence:
         "context_law",
         "projection",
     )
-    _ARRAYS = ("acc", "held", "last_U", "last_V", "ring_U", "ring_V", "sigma_sum", "S2_sum")
+    _ARRAYS = (
+        "acc",
+        "held",
+        "last_U",
+        "last_V",
+        "ring_U",
+        "ring_V",
+        "sigma_sum",
+        "S2_sum",
+        "V_sum",
+    )
 
     def state_dict(self) -> dict[str, Any]:
         """Configuration and running sums as plain Python / numpy values (copies).
@@ -57,6 +67,7 @@ class LinearFormPersistence:
             **self._sum.state_dict(),
             "sigma_sum": self._sigma_sum.copy(),
             "S2_sum": self._S2_sum.copy(),
+            "V_sum": self._V_sum.copy(),
             "pulls": self._pulls.copy(),
             **self._weights.state_dict(),
             **self._design.state_dict(),
@@ -101,7 +112,7 @@ class LinearFormPersistence:
         n = check_count(state["n"], "n")
         ring_n = DebiasedSum.check_ring_n(state["ring_n"])
         initialized = read_bool(state["initialized"], "state['initialized']")
-        for key in ("held", "pulls", "sigma_sum", "S2_sum"):
+        for key in ("held", "pulls", "sigma_sum", "S2_sum", "V_sum"):
             if (new[key] < 0).any():
                 raise ValueError(f"state[{key!r}] must be >= 0, got minimum {new[key].min()!r}")
         if (new["pulls"].sum(axis=-1) > n).any():
@@ -135,6 +146,7 @@ class LinearFormPersistence:
         self._sum.load(new, new["ring_n"], new["initialized"])
         self._sigma_sum = new["sigma_sum"]
         self._S2_sum = new["S2_sum"]
+        self._V_sum = new["V_sum"]
         self._pulls = new["pulls"]
         self._weights.load(new["weights"])
         self._design.load(new["design"])

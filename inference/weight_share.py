@@ -34,11 +34,15 @@ import numpy as np
 
 from inference.results import SmallPropensityWarning
 
-__all__ = ["SHARE_LIMIT", "WeightShare", "warn_heavy_rounds"]
+__all__ = ["DESIGN_SHARE_LIMIT", "SHARE_LIMIT", "WeightShare", "warn_heavy_rounds"]
 
 #: Largest share (L) of one round in a quantity's predictable variance that a read-out
 #: accepts without a :class:`~inference.results.SmallPropensityWarning`.
 SHARE_LIMIT = 0.1
+#: The same for the realized design terms of a parameter's ``Ŝ²``, which ε-greedy's
+#: exploration rounds (weight ``K/ε``) hold at shares near 0.12 where every interval covers:
+#: only a share above one half (a few rounds of rare, large whitened contexts) warns.
+DESIGN_SHARE_LIMIT = 0.5
 
 
 class WeightShare:
@@ -144,6 +148,7 @@ def warn_heavy_rounds(
     advice: str,
     stacklevel: int = 3,
     cause: str = _PROPENSITY_CAUSE,
+    limit: float = SHARE_LIMIT,
 ) -> None:
     """Warn (:class:`~inference.results.SmallPropensityWarning`) where one round holds more
     than :data:`SHARE_LIMIT` of the predictable variance of ``what``.
@@ -162,8 +167,10 @@ def warn_heavy_rounds(
         What the user can change beyond reading after more rounds.
     cause : str
         What holds the share and why, with ``{where}`` for the trials.
+    limit : float
+        The share above which it warns.
     """
-    heavy = share > SHARE_LIMIT
+    heavy = share > limit
     if not heavy.any():
         return
     i = int(np.argmax(np.where(np.isnan(share), -np.inf, share)))
@@ -174,7 +181,7 @@ def warn_heavy_rounds(
             + cause.format(where=where)
             + ". The normal approximation behind the interval needs "
             "every round's share to vanish (Lindeberg's condition, docs/method.md §8); above "
-            f"{SHARE_LIMIT:.0%} the interval may under-cover. Read it after more rounds, or "
+            f"{limit:.0%} the interval may under-cover. Read it after more rounds, or "
             f"{advice}"
         ),
         stacklevel=stacklevel,

@@ -152,7 +152,7 @@ class _ParameterInferenceBase(InferenceWrapperBase):
         info: dict[str, Any] = {"n_obs": n}
         if n:
             sigma2 = core.sigma2
-            se = np.sqrt(sigma2[..., None] * core.S2 / n)  # (…, K, n_T)
+            se = core.standard_errors()  # (…, K, n_T)
             info["sigma2"] = sigma2
             info["standard_error"] = {name: se[..., k] for k, name in enumerate(self.target_names)}
         return info

@@ -20,7 +20,7 @@ import numpy as np
 from scipy import stats
 
 from inference.played_regret import WARN_RATIO
-from inference.weight_share import SHARE_LIMIT
+from inference.weight_share import DESIGN_SHARE_LIMIT, SHARE_LIMIT
 from inference.wrapper_base import SMALL_PROPENSITY
 from lrbandit_gym.experiments.coverage import format_coverage
 
@@ -381,7 +381,9 @@ class ValidationResult:
             lines.append(self._round_share_line(share))
         design = a.get("design_share")
         if design is not None and np.isfinite(design).any():
-            lines.append(self._round_share_line(design, "an arm and target's design"))
+            lines.append(
+                self._round_share_line(design, "an arm and target's design", DESIGN_SHARE_LIMIT)
+            )
         flags = a.get("context_flag")
         if flags is not None and np.isfinite(flags).any():
             lines.append(self._context_flag_line(flags))
@@ -404,13 +406,15 @@ class ValidationResult:
             "ContextLawWarning at the parameter read-outs; docs/method.md §1): " + "; ".join(parts)
         )
 
-    def _round_share_line(self, share: np.ndarray, what: str = "an arm's predictable") -> str:
+    def _round_share_line(
+        self, share: np.ndarray, what: str = "an arm's predictable", limit: float = SHARE_LIMIT
+    ) -> str:
         """Per checkpoint, how many trials' parameter read-outs warned that one round holds
         over :data:`~inference.weight_share.SHARE_LIMIT` of ``what`` variance (Lindeberg's
         condition), and how the parameter intervals of the others covered."""
         parts = []
         for c, n in enumerate(self.arrays["checkpoints"]):
-            heavy = share[c] > SHARE_LIMIT
+            heavy = share[c] > limit
             part = (
                 f"n = {n}: {heavy.mean():.0%} of trials (median share {np.nanmedian(share[c]):.2g})"
             )
@@ -419,7 +423,7 @@ class ValidationResult:
                 part += f", the others covered {min(covered):.3f}–{max(covered):.3f}"
             parts.append(part)
         return (
-            f"Lindeberg check (one round above {SHARE_LIMIT:g} of {what} "
+            f"Lindeberg check (one round above {limit:g} of {what} "
             "variance: SmallPropensityWarning at the parameter read-outs; docs/method.md §8): "
             + "; ".join(parts)
         )

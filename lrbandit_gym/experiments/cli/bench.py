@@ -18,6 +18,7 @@ from lrbandit_gym.experiments.bench import (
     bench_study_round,
 )
 from lrbandit_gym.experiments.bench_completion import bench_completion, completion_coverage
+from lrbandit_gym.experiments.bench_laws import bench_laws
 from lrbandit_gym.experiments.bench_warm_start import bench_warm_start
 from lrbandit_gym.experiments.cli.conventions import EXIT_OK, nonnegative_int, positive_int
 from lrbandit_gym.experiments.coverage import format_coverage
@@ -34,7 +35,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="warmstart: memory and accuracy of the warm start at fixed sizes (d = 500, "
         "100 and 50; --d and --num-envs do not apply; several minutes); completion: rounds "
         "per second at d = 1000 with index observations and the memory of a 50,000-round "
-        "warm start; completion-coverage: coverage of the intervals at d = 100",
+        "warm start; completion-coverage: coverage of the intervals at d = 100; laws: the "
+        "parameter wrapper's step under the identity, a Kronecker and an estimated law",
     )
     bench.add_argument(
         "--d",
@@ -240,6 +242,19 @@ def _completion_coverage_report(args: argparse.Namespace) -> list[str]:
 
 
 #: The report of each benchmark, in the order ``--help`` lists them.
+def _laws_report(args: argparse.Namespace) -> list[str]:
+    r = bench_laws(d=50 if args.d is None else args.d, seed=args.seed)
+    return [
+        f"parameter wrapper per step (two targets, shared estimator), d={r['d']}:",
+        _row("identity law", r["identity"] * 1e6, "us", digits=1),
+        _row("Kronecker law (known)", r["kronecker"] * 1e6, "us", digits=1),
+        _row("ratio", r["kronecker_ratio"], note="(target <= 1.5)", digits=3),
+        _row("Kronecker law (estimated)", r["estimated"] * 1e6, "us", digits=1),
+        _row("ratio", r["estimated_ratio"], digits=3),
+        _row("estimated law's memory", r["estimated_bytes"] / 1e3, "kB", digits=1),
+    ]
+
+
 _REPORTS: dict[str, Callable[[argparse.Namespace], list[str]]] = {
     "env": _env_report,
     "agents": _agents_report,
@@ -248,4 +263,5 @@ _REPORTS: dict[str, Callable[[argparse.Namespace], list[str]]] = {
     "warmstart": _warm_start_report,
     "completion": _completion_report,
     "completion-coverage": _completion_coverage_report,
+    "laws": _laws_report,
 }

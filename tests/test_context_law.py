@@ -331,3 +331,55 @@ def test_analyze_warns_on_the_declared_law_and_covers_with_the_estimated_one():
         res = analyze(make_log(X, a, y, pmf=pmf), {"I": np.eye(d)}, rank=1, warm_start=500)
     ci = res["<M_0, I>"]
     assert ci.low <= np.trace(M[0]) <= ci.high
+
+
+def _run_core(law, X, U, V, seed=14):
+    rng = np.random.default_rng(seed)
+    T = {"e": np.eye(X.shape[-2], X.shape[-1]), "one": np.ones(X.shape[-2:])}
+    inf = LinearFormInference(X.shape[-2], X.shape[-1], 1, 2, T, context_law=law)
+    inf.observe_context(X[:1])
+    for t, x in enumerate(X):
+        inf.update(U, V, x, t % 2, float(rng.normal()), np.array([0.5, 0.5]))
+    return inf
+
+
+def test_a_kronecker_law_of_identities_gives_the_papers_estimate():
+    # The whitened path (compiled or not) against the paper's c·X arithmetic: the same
+    # point estimates; the standard error is the robust one, close to σ̂·Ŝ/√n here.
+    rng = np.random.default_rng(15)
+    X = rng.standard_normal((3000, D1, D2))
+    U, V = 0.1 * rng.standard_normal((2, D1, 1)), 0.1 * rng.standard_normal((2, D2, 1))
+    paper = _run_core(None, X, U, V)
+    whitened = _run_core(KroneckerLaw(np.eye(D1), np.eye(D2)), X, U, V)
+    assert not paper.robust and whitened.robust
+    for arm in (0, 1):
+        a, b = paper.interval(arm, "one"), whitened.interval(arm, "one")
+        assert b.estimate == pytest.approx(a.estimate, rel=1e-9, abs=1e-12)
+        assert b.standard_error == pytest.approx(a.standard_error, rel=0.1)
+    se = whitened.standard_errors()[0, 1]
+    assert se == pytest.approx(whitened.interval(0, "one").standard_error, rel=1e-12)
+
+
+def test_a_design_held_by_a_few_rounds_warns():
+    # Images whose pixel (0, 0) is on in 0.2% of them, with unit second moment: the entry
+    # target's variance rests on those few rounds.
+    rng = np.random.default_rng(16)
+    X = rng.standard_normal((3000, D1, D2))
+    X[:, 0, 0] = np.sqrt(500.0) * (rng.random(3000) < 0.002)
+    U, V = 0.1 * rng.standard_normal((2, D1, 1)), 0.1 * rng.standard_normal((2, D2, 1))
+    law = SecondMomentLaw.of_contexts(X)
+    inf = LinearFormInference(D1, D2, 1, 2, {"e00": _e00()}, context_law=law)
+    for t, x in enumerate(X[:1500]):
+        inf.update(U, V, x, t % 2, float(rng.normal()), np.array([0.5, 0.5]))
+    arm = int(np.nanargmax(inf.design_shares()[:, 0]))
+    assert inf.design_shares()[arm, 0] > 0.5
+    with pytest.warns(UserWarning, match="design variance"):
+        inf.interval(arm, "e00")
+    quiet = _run_core(None, rng.standard_normal((1500, D1, D2)), U, V)
+    assert np.nanmax(quiet.design_shares()) < 0.5
+
+
+def _e00():
+    e = np.zeros((D1, D2))
+    e[0, 0] = 1.0
+    return e

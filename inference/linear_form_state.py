@@ -22,17 +22,7 @@ class LinearFormPersistence:
     """:meth:`state_dict`, :meth:`validate_state_dict` and :meth:`load_state_dict` of
     :class:`~inference.linear_form.LinearFormCore` (mixed into it)."""
 
-    _CONFIG = (
-        "kind",
-        "d1",
-        "d2",
-        "rank",
-        "n_actions",
-        "n_trials",
-        "context",
-        "context_law",
-        "projection",
-    )
+    _CONFIG = tuple("kind d1 d2 rank n_actions n_trials context context_law projection".split())
     _ARRAYS = (
         "acc",
         "held",

@@ -10,6 +10,7 @@ import sys
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import play
 
 import lrbandit_gym  # noqa: F401
 from agents import EpsilonGreedy
@@ -29,11 +30,7 @@ def small_log():
     rec = RecordRounds(base)
     agent = EpsilonGreedy(base, rank=1, epsilon=0.3, warm_start=20, seed=0)
     obs, _ = rec.reset(seed=0)
-    for _ in range(ROUNDS):
-        d = agent.act(obs)
-        nxt, r, *_ = rec.step(d)
-        agent.update(obs, d, r)
-        obs = nxt
+    play(rec, agent, obs, ROUNDS)
     return {k: np.array(v) for k, v in rec.to_log().items()}
 
 

@@ -151,6 +151,13 @@ GRID: dict[str, ValidationSetting] = {
         "mean and s.d.) as contexts, a synthetic rank-2 truth, ε-greedy with every default "
         "(the data set's exact second moment)",
     ),
+    "completion-60": ValidationSetting(
+        env={"d1": 60, "d2": 60, "rank": 2, "context": "completion"},
+        policy="epsilon-greedy",
+        targets="paper",
+        n=(1000, 3000),
+        description="completion at 60 x 60, rank 2, ε-greedy with every default",
+    ),
     "eight-arms": ValidationSetting(
         env={"d1": 20, "d2": 20, "rank": 2, "n_actions": 8},
         policy="epsilon-greedy",

@@ -5,6 +5,9 @@ and passes the action inward unchanged, so everything between it and the bandit 
 all three through unchanged: :func:`transforms_data` and :func:`transforms_reward`
 recognise the wrappers that do not (observation, action and reward wrappers, single and
 vector), and :func:`refuse_transforming_layers` refuses them at construction.
+:func:`refuse_reset_steps` refuses Gymnasium's ``Autoreset`` below with a ``TimeLimit``
+under it: the step after an episode ends would reset the environment, ignore the action and
+return reward 0, which is not a round of data.
 
 A round that an inference wrapper refuses after the inner step (a non-finite reward, its own
 estimator's fit or step failing) is undone: the bandit returns to its checkpoint, and so must
@@ -32,6 +35,7 @@ from gymnasium.vector import VectorActionWrapper, VectorObservationWrapper, Vect
 __all__ = [
     "StepUndo",
     "layers_below",
+    "refuse_reset_steps",
     "refuse_transforming_layers",
     "transforms_data",
     "transforms_reward",
@@ -141,6 +145,31 @@ def refuse_transforming_layers(env, who: str) -> None:
                     if "Flatten" in type(layer).__name__
                     else ""
                 )
+            )
+
+
+def refuse_reset_steps(env, who: str) -> None:
+    """Refuse, naming ``who`` (the inference wrapper's class), Gymnasium's ``Autoreset``
+    between ``env`` and the bandit with a ``TimeLimit`` below it: the step after each
+    episode would reset the environment, ignore the action and return reward 0, and the
+    inference wrapper would absorb it as a round.
+
+    Raises
+    ------
+    ValueError
+        Saying where ``Autoreset`` belongs, or to make the bandit without episodes.
+    """
+    layers = list(layers_below(env))
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, gym.wrappers.Autoreset):
+            continue
+        if any(isinstance(w, gym.wrappers.TimeLimit) for w in layers[i:]):
+            raise ValueError(
+                f"{who} cannot sit above gymnasium.wrappers.Autoreset when the episodes end "
+                "(a TimeLimit, from max_episode_steps, is below it): the step after each "
+                "episode resets the environment, ignores the action and returns reward 0, "
+                f"which is not a round of data; put Autoreset above {who}, or make the "
+                "bandit with max_episode_steps=None"
             )
 
 

@@ -27,7 +27,12 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from agents.base import problem_shape
 from agents.estimator import LowRankSGD
 from agents.warm_start import DEFAULT_MAX_MEMORY_BYTES, WarmStart
-from inference.gym_layers import layers_below, refuse_transforming_layers, undo_for
+from inference.gym_layers import (
+    layers_below,
+    refuse_reset_steps,
+    refuse_transforming_layers,
+    undo_for,
+)
 from inference.results import (
     InsufficientDataWarning,
     SmallPropensityWarning,
@@ -188,6 +193,7 @@ class InferenceWrapperBase(WrapperState):
                 'autoreset_mode="SameStep" (the default) or max_episode_steps=None'
             )
         refuse_transforming_layers(env, cls.__name__)
+        refuse_reset_steps(env, cls.__name__)
 
     @staticmethod
     def _inner_estimator(env):

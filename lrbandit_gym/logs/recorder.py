@@ -12,6 +12,12 @@ inference wrapper, a round the wrapper refuses after the inner step is taken bac
 (:meth:`RecordRounds.checkpoint` and :meth:`RecordRounds.restore`, the protocol the
 inference wrappers use to undo a refused step), so the log holds exactly the rounds the
 inference absorbed.
+
+A step that resets the environment is not a round: its action is ignored and its reward is
+0.  Gymnasium's ``Autoreset`` below :class:`RecordRounds`, and a vector env with
+``autoreset_mode=NEXT_STEP`` under :class:`VectorRecordRounds`, take one after each episode
+ends; the recorders pass it through unrecorded and keep its observation as the context of
+the next round, so the log holds the real rounds only.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 from gymnasium.utils import RecordConstructorArgs
-from gymnasium.vector import VectorEnv, VectorWrapper
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
 from lrbandit_gym.context_law import as_context_law
 from lrbandit_gym.decision import split_decision
@@ -48,6 +54,16 @@ _DOC_MEMORY = """
     columns are preallocated and doubled when full (amortised O(1) a round, no list of
     arrays); ``capacity`` preallocates a known length and avoids every copy.
 """
+
+
+def _autoreset_below(env) -> gym.wrappers.Autoreset | None:
+    """Gymnasium's ``Autoreset`` between ``env`` (included) and the bandit, if any."""
+    base = env.unwrapped
+    while env is not None and env is not base:
+        if isinstance(env, gym.wrappers.Autoreset):
+            return env
+        env = getattr(env, "env", None)
+    return None
 
 
 class _Recorder:
@@ -91,6 +107,12 @@ class _Recorder:
         self.n_rounds = 0
         self._has_obs = False
         self._last_obs = None
+        # What says that the next step is a reset, not a round: Gymnasium's Autoreset below a
+        # single recorder; under a vector env with NEXT_STEP autoreset, the trials whose
+        # episode the last step ended (None when a vector env resets within the step).
+        self._autoreset_layer = None if self._vector else _autoreset_below(env)
+        next_step = getattr(base, "metadata", {}).get("autoreset_mode") == AutoresetMode.NEXT_STEP
+        self._resetting = np.zeros(self._B, dtype=bool) if self._vector and next_step else None
 
     # ----------------------------------------------------------------------- storage
     @property
@@ -187,7 +209,35 @@ class _Recorder:
         self._check_fits(obs)
         self._store_obs(obs)
         self._last_obs = obs
+        if self._resetting is not None:
+            self._resetting = np.zeros(self._B, dtype=bool)
         return obs, info
+
+    def _next_is_reset(self) -> bool:
+        """Whether the coming step resets the environment instead of playing a round (the
+        step after an episode ends, under an autoreset that takes a step for it)."""
+        if self._autoreset_layer is not None:
+            return bool(self._autoreset_layer.autoreset)
+        if self._resetting is None or not self._resetting.any():
+            return False
+        if not self._resetting.all():
+            raise ValueError(
+                f"{type(self).__name__}: the next step resets trials "
+                f"{np.flatnonzero(self._resetting).tolist()} and plays a round in the others, "
+                "and a log's rows hold every trial's round; record with "
+                'autoreset_mode="SameStep" or max_episode_steps=None'
+            )
+        return True
+
+    def _skip_reset(self, action):
+        """Pass the reset step through unrecorded; its observation starts the next round."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._check_fits(obs)
+        self._store_obs(obs)
+        self._last_obs = obs
+        if self._resetting is not None:
+            self._resetting = np.logical_or(terminated, truncated).reshape(self._B)
+        return obs, reward, terminated, truncated, info
 
     def _resolve(self, action) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The action(s), the pmf rows ``(B, K)`` and the chosen arms' propensities, checked
@@ -234,8 +284,11 @@ class _Recorder:
         for key in self._oracle_keys:
             if key not in info:
                 raise ValueError(
-                    f"info lacks {key!r}, which earlier steps had: the recorder keeps the "
-                    "oracle columns of the first step (pass oracle=False to keep none)"
+                    f"info lacks {key!r}, which earlier steps had: this step is not a round "
+                    "of the bandit's, and the recorder refuses to log it as one (a wrapper "
+                    "below that resets the environment within step() gives such a step: put "
+                    "it above the recorder, or use gymnasium.wrappers.Autoreset, whose reset "
+                    "steps the recorder skips)"
                 )
             value = np.asarray(info[key])
             out[key] = value if self._vector else value[None]
@@ -247,8 +300,13 @@ class _Recorder:
         The action and the propensities are checked before the inner step; a reward that is
         not finite, or a next context the float32 storage cannot hold, is refused after it
         (the round is not recorded, and the bandit is put back with its ``restore`` when it
-        has one).
+        has one).  A step that resets the environment (the module docstring) is passed
+        through unrecorded.
         """
+        if not self._has_obs:
+            raise RuntimeError("Call reset() before step().")
+        if self._next_is_reset():
+            return self._skip_reset(action)
         actions, pmf, chosen = self._resolve(action)
         base = self.env.unwrapped
         checkpoint = base.checkpoint() if hasattr(base, "checkpoint") else None
@@ -278,17 +336,19 @@ class _Recorder:
         self.n_rounds += 1
         self._store_obs(obs)
         self._last_obs = obs
+        if self._resetting is not None:
+            self._resetting = np.logical_or(terminated, truncated).reshape(self._B)
         return obs, reward, terminated, truncated, info
 
     # ------------------------------------------------------------------- undo a step
     def checkpoint(self) -> tuple:
         """What :meth:`restore` needs to take back the rounds recorded after this call."""
-        return (self.n_rounds, self._has_obs, self._last_obs)
+        return (self.n_rounds, self._has_obs, self._last_obs, self._resetting)
 
     def restore(self, checkpoint: tuple) -> None:
         """Forget the rounds recorded since :meth:`checkpoint` (an inference wrapper above
         calls it when it refuses a round after the inner step)."""
-        self.n_rounds, self._has_obs, self._last_obs = checkpoint
+        self.n_rounds, self._has_obs, self._last_obs, self._resetting = checkpoint
 
     # ------------------------------------------------------------------------ output
     def to_log(self, trial: int = 0) -> dict[str, np.ndarray]:

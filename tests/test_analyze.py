@@ -8,6 +8,7 @@ relative, on Gaussian and on completion (index) contexts.
 from __future__ import annotations
 
 import csv
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -275,3 +276,37 @@ def test_cli_bad_log_files(gaussian_log, tmp_path, capsys):
     argv = ["analyze", str(tmp_path / "bare.npz"), "--target", "T=eye", "--rank", "1"]
     assert main([*argv, "--warm-start", str(WARM), "--no-value", "--kind", "sequence"]) == 0
     assert "confidence sequences" in capsys.readouterr().out
+
+
+def test_cli_policy_uniform_and_your_function(gaussian_log, tmp_path, monkeypatch, capsys):
+    """Issue 34: ``--policy NAME=uniform`` and ``NAME=MODULE:FUNCTION`` (a module in the
+    current folder) give the intervals of analyze with the same policies; a module that
+    cannot be imported, a missing name or one that is not callable is a usage error naming
+    ``--policy``."""
+    log, path, _ = gaussian_log
+    (tmp_path / "issue34_policies.py").write_text(
+        "def first_entry(obs):\n    return int(obs[0, 0] > 0)\n\nNOT_CALLABLE = 3\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "issue34_policies", raising=False)
+    argv = ["analyze", str(path), "--rank", str(RANK), "--warm-start", str(WARM)]
+    specs = ["--policy", "u=uniform", "--policy", "f=issue34_policies:first_entry"]
+    assert main([*argv, *specs]) == 0
+    printed = capsys.readouterr().out
+    mine = sys.modules.pop("issue34_policies")
+    K = int(log["n_actions"])
+    policies = {"u": lambda obs: np.full(K, 1 / K), "f": mine.first_entry}
+    result = analyze(log, rank=RANK, warm_start=WARM, policies=policies)
+    assert result.summary() in printed
+    for spec, message in [
+        ("p=issue34_no_such_module:f", "cannot import module 'issue34_no_such_module'"),
+        ("p=issue34_policies:missing", "has no 'missing'"),
+        ("p=issue34_policies:NOT_CALLABLE", "not a function"),
+        ("p=issue34_policies", "takes greedy, uniform, arm:A or MODULE:FUNCTION"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--policy", spec])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --policy" in err and message in err
+        sys.modules.pop("issue34_policies", None)

@@ -435,6 +435,23 @@ def test_demo_refuses_to_overwrite_its_figure(tmp_path, capsys):
     assert (tmp_path / "demo_intervals.png").read_bytes() == b"mine"
 
 
+def test_demo_runs_again_with_its_defaults(tmp_path, monkeypatch, capsys):
+    """Issue 34: without ``--out`` the figure goes to lrbandit-out and a second run replaces
+    it (the first run's figure used to stop the second with a usage error)."""
+    pytest.importorskip("matplotlib")
+    from lrbandit_gym.experiments.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    figure = tmp_path / "lrbandit-out" / "demo_intervals.png"
+    assert main(["demo", "--rounds", "10"]) == 0
+    figure.write_bytes(b"the first run's figure")
+    assert main(["demo", "--rounds", "10", "--seed", "1"]) == 0
+    assert figure.read_bytes().startswith(b"\x89PNG")  # replaced by the second run's
+    capsys.readouterr()
+    err = _usage_error(["demo", "--rounds", "10", "--out", "lrbandit-out"], capsys)
+    assert "demo_intervals.png" in err and "--overwrite" in err  # an explicit --out: refused
+
+
 def test_writes_are_atomic(tmp_path):
     """A write that fails half-way leaves the earlier file whole and no temporary file."""
     from lrbandit_gym.experiments.outputs import RunStamp, _atomic, write_csv, write_npz

@@ -1,6 +1,8 @@
 """The documentation runs as written.
 
-Every ```python block of README.md runs, as it is, in a fresh interpreter; every script in
+Every ```python block of README.md and of docs/*.md runs, as it is, in a fresh interpreter
+without pandas (which is not a core dependency), and a block that leaves files behind runs
+a second time in the same folder (a newcomer runs a snippet twice); every script in
 examples/ runs in a fresh interpreter at the small size it offers.  A new example must be
 registered in :data:`EXAMPLES` with the arguments that keep it small, or
 :func:`test_example` fails for it.
@@ -42,6 +44,28 @@ EXTRAS = {
     "torch": "the sb3 extra (README.md says how to get the CPU build of torch)",
 }
 
+#: What a block that contains the key must print: the confidence-sequence snippet shows
+#: stopping early, so it must stop.
+EXPECTED_OUTPUT = {'kind="sequence"': "stopped at round"}
+
+#: Runs ``block.py`` with ``import pandas`` refused: the blocks must run with the core
+#: dependencies of the README's Install section, which leave pandas out.
+_WITHOUT_PANDAS = """\
+import runpy
+import sys
+
+
+class _NoPandas:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError("No module named 'pandas' (not a core dependency)")
+        return None
+
+
+sys.meta_path.insert(0, _NoPandas())
+runpy.run_path("block.py", run_name="__main__")
+"""
+
 _BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 
 
@@ -76,24 +100,44 @@ def _report(what: str, code: str, result: subprocess.CompletedProcess | None) ->
 
 README_BLOCKS = python_blocks(README.read_text(encoding="utf-8"))
 
+#: ``(file, line number, code)`` of every ```python block of README.md and docs/*.md.
+DOC_BLOCKS = [
+    (path.relative_to(ROOT).as_posix(), line, code)
+    for path in [README, *sorted(DOCS.glob("*.md"))]
+    for line, code in python_blocks(path.read_text(encoding="utf-8"))
+]
+
 
 def test_readme_has_python_blocks():
     assert len(README_BLOCKS) >= 3
 
 
 @pytest.mark.parametrize(
-    "line, code", README_BLOCKS, ids=[f"README.md:{line}" for line, _ in README_BLOCKS]
+    "where, line, code", DOC_BLOCKS, ids=[f"{where}:{line}" for where, line, _ in DOC_BLOCKS]
 )
-def test_readme_block_runs(line, code, tmp_path):
-    """Each block is self-contained: it runs alone, pasted into a fresh interpreter."""
-    script = tmp_path / "block.py"
-    script.write_text(code, encoding="utf-8")
-    try:
-        result = run_python([str(script)], tmp_path)
-    except subprocess.TimeoutExpired:
-        pytest.fail(_report(f"README.md block at line {line}", code, None), pytrace=False)
-    if result.returncode != 0:
-        pytest.fail(_report(f"README.md block at line {line}", code, result), pytrace=False)
+def test_doc_block_runs(where, line, code, tmp_path):
+    """Each block is self-contained: it runs alone, pasted into a fresh interpreter without
+    pandas; one that writes files runs again in the same folder; it prints what
+    :data:`EXPECTED_OUTPUT` asks of it."""
+    what = f"{where} block at line {line}"
+    (tmp_path / "block.py").write_text(code, encoding="utf-8")
+    (tmp_path / "run_block.py").write_text(_WITHOUT_PANDAS, encoding="utf-8")
+    before = set(tmp_path.iterdir())
+    for attempt in ("", " (its second run, in the folder the first left)"):
+        try:
+            result = run_python(["run_block.py"], tmp_path)
+        except subprocess.TimeoutExpired:
+            pytest.fail(_report(what + attempt, code, None), pytrace=False)
+        if result.returncode != 0:
+            pytest.fail(_report(what + attempt, code, result), pytrace=False)
+        for key, printed in EXPECTED_OUTPUT.items():
+            if key in code and printed not in result.stdout:
+                pytest.fail(
+                    f"{what} does not print {printed!r}; it printed:\n{result.stdout[-2000:]}",
+                    pytrace=False,
+                )
+        if set(tmp_path.iterdir()) == before:  # wrote no file: once is enough
+            break
 
 
 @pytest.mark.parametrize(

@@ -255,3 +255,122 @@ def test_exports_read_an_npz(tmp_path):
     with np.load(tmp_path / "log.npz", allow_pickle=False) as saved:
         fb = to_obp(saved)
     np.testing.assert_array_equal(fb["context"], _dense(log).reshape(20, -1))
+
+
+def _tiny_log() -> dict[str, np.ndarray]:
+    """Two rounds, three arms, 2 x 2 contexts: small enough to write the export by hand."""
+    context = np.zeros((2, 2, 2))
+    context[0] = [[0.5, 0.0], [0.0, -2.0]]
+    context[1, 1, 0] = 1.25
+    return {
+        "context": context,
+        "action": np.array([1, 0]),
+        "reward": np.array([1.0, -0.5]),
+        "propensity": np.array([0.25, 0.5]),
+        "n_actions": np.array(3),
+        "d1": np.array(2),
+        "d2": np.array(2),
+        "context_law": np.array("gaussian"),
+        "format_version": np.array(1),
+    }
+
+
+def test_vw_adf_exact_text(tmp_path):
+    """Issue 34: the ADF multiline format of ``--cb_adf`` / ``--cb_explore_adf``: a shared
+    line with the context, one line per arm, ``0:cost:probability`` on the chosen arm's,
+    a blank line after each example."""
+    buffer = io.StringIO()
+    assert to_vw(_tiny_log(), buffer, adf=True) == 2
+    assert buffer.getvalue() == (
+        "shared |x x_0_0:0.5 x_1_1:-2.0\n"
+        "|a arm_0\n"
+        "0:-1.0:0.25 |a arm_1\n"
+        "|a arm_2\n"
+        "\n"
+        "shared |x x_1_0:1.25\n"
+        "0:0.5:0.5 |a arm_0\n"
+        "|a arm_1\n"
+        "|a arm_2\n"
+        "\n"
+    )
+    to_vw(_tiny_log(), tmp_path / "log.vw", adf=True)
+    assert (tmp_path / "log.vw").read_text() == buffer.getvalue()
+    index = _run_log("completion", n=2)
+    text = io.StringIO()
+    to_vw(index, text, adf=True)
+    j, k = index["context_index"][0]
+    assert text.getvalue().splitlines()[0] == f"shared |x x_{j}_{k}:1.0"
+
+
+def test_vw_adf_is_read_by_vowpal_wabbit_without_a_warning(tmp_path):
+    """Vowpal Wabbit itself parses the ADF export and learns from it (only where the
+    ``vowpalwabbit`` package is installed)."""
+    vw = pytest.importorskip("vowpalwabbit")
+    log = _run_log("gaussian", n=40)
+    path = tmp_path / "log.vw"
+    to_vw(log, path, adf=True)
+    workspace = vw.Workspace(f"--cb_explore_adf -q xa -d {path}", enable_logging=True)
+    workspace.run_parser()
+    workspace.finish()
+    output = "\n".join(workspace.get_log())
+    assert "number of examples = 40" in output, output
+    assert "warning" not in output.lower() and "error" not in output.lower(), output
+
+
+@pytest.mark.parametrize("context", ["gaussian", "completion"])
+def test_obp_reward_model_of_an_estimate(context):
+    """Issue 34: ``to_obp(log, estimates=M_hat)`` adds OBP's
+    ``estimated_rewards_by_reg_model``, ``(n, K, 1)``, holding ``<M_hat_a, X_t>``."""
+    log = _run_log(context)
+    m_hat = np.random.default_rng(1).standard_normal((K, 3, 4))
+    fb = to_obp(log, estimates=m_hat)
+    q = fb["estimated_rewards_by_reg_model"]
+    n = len(log["action"])
+    assert q.shape == (n, K, 1) and q.dtype == np.float64
+    x = _dense(log)
+    for t in (0, 7, n - 1):
+        for a in range(K):
+            assert np.isclose(q[t, a, 0], np.sum(m_hat[a] * x[t]), rtol=1e-12, atol=1e-15)
+    assert "estimated_rewards_by_reg_model" not in to_obp(log)
+    with pytest.raises(ValueError, match=r"shape \(K, d1, d2\) = \(3, 3, 4\)"):
+        to_obp(log, estimates=m_hat[:2])
+    with pytest.raises(ValueError, match="finite"):
+        to_obp(log, estimates=np.full((K, 3, 4), np.nan))
+
+
+def test_obp_estimates_policy_values_from_the_export():
+    """Open Bandit Pipeline's own checks and estimators read the export, the reward model
+    of ``estimates`` included (only where ``obp`` is installed).  With the true parameters
+    as the estimate, the direct method gives the target's value on these contexts exactly;
+    OBP's own ``RegressionModel``, additive in the arm, misses it."""
+    pytest.importorskip("obp")
+    from obp.ope import (
+        DirectMethod,
+        DoublyRobust,
+        InverseProbabilityWeighting,
+        OffPolicyEvaluation,
+        RegressionModel,
+    )
+    from sklearn.linear_model import LinearRegression
+
+    env = gym.make("MatrixContextBandit-v0", d1=3, d2=4, rank=1, n_actions=K)
+    log = _run_log("gaussian", n=2000)
+    fb = to_obp(log, estimates=env.unwrapped.true_params)
+    n = fb["n_rounds"]
+    target = np.zeros((n, K, 1))
+    target[np.arange(n), log["oracle_optimal_action"], 0] = 1.0  # the optimal policy
+    truth = log["oracle_expected_rewards"][np.arange(n), log["oracle_optimal_action"]].mean()
+    ope = OffPolicyEvaluation(
+        bandit_feedback=fb,
+        ope_estimators=[InverseProbabilityWeighting(), DirectMethod(), DoublyRobust()],
+    )
+    values = ope.estimate_policy_values(
+        action_dist=target, estimated_rewards_by_reg_model=fb["estimated_rewards_by_reg_model"]
+    )
+    assert np.isclose(values["dm"], truth, rtol=1e-9)
+    assert abs(values["dr"] - truth) < 0.05 and abs(values["ipw"] - truth) < 0.2
+    additive = RegressionModel(
+        n_actions=K, action_context=fb["action_context"], base_model=LinearRegression()
+    ).fit_predict(context=fb["context"], action=fb["action"], reward=fb["reward"])
+    dm_additive = ope.estimate_policy_values(target, estimated_rewards_by_reg_model=additive)
+    assert abs(dm_additive["dm"] - truth) > 5 * abs(values["dr"] - truth)

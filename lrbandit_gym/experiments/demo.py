@@ -21,11 +21,14 @@ __all__ = ["run_demo"]
 #: The figure ``lrbandit demo`` writes into its folder.
 DEMO_FIGURE = "demo_intervals.png"
 
+#: The folder of the figure when no ``out`` is given: each run replaces the figure there.
+DEFAULT_OUT = "lrbandit-out"
+
 
 def run_demo(
     rounds: int = 3000,
     seed: int = 0,
-    out: str | Path = "lrbandit-out",
+    out: str | Path | None = None,
     plot: bool = True,
     stream=None,
     overwrite: bool = False,
@@ -36,13 +39,17 @@ def run_demo(
     Prints a live progress line with the current intervals, then a table of every arm, T1 and
     T2, their difference and the optimal value, each with the truth and whether it is
     covered; saves a figure of the intervals narrowing around the truth when matplotlib is
-    installed (the ``plot`` extra) into the folder ``out``, as ``demo_intervals.png``: one
-    already there is refused before the run unless ``overwrite``
-    (:class:`~.outputs.OutputError`).  Returns the final intervals.
+    installed (the ``plot`` extra) into the folder ``out``, as ``demo_intervals.png``.  In a
+    folder given as ``out``, a figure already there is refused before the run unless
+    ``overwrite`` (:class:`~.outputs.OutputError`); without ``out`` the figure goes to
+    :data:`DEFAULT_OUT`, where it replaces the previous run's, so that the demo runs again
+    with its defaults.  Returns the final intervals.
     """
     rounds = check_positive_int(rounds, "rounds")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if out is None:  # the default folder holds the latest run's figure
+        out, overwrite = DEFAULT_OUT, True
     if plot:
         check_outputs(out, [DEMO_FIGURE], overwrite)
     stream = sys.stdout if stream is None else stream

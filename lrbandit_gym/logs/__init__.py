@@ -12,7 +12,9 @@ policy's whole ``pmf``, with the simulator's oracle values apart under ``oracle_
 - :class:`LogReplayEnv`: replay a log as a bandit, which is how
   :func:`inference.analyze` runs the inference wrappers on a saved log;
 - :mod:`lrbandit_gym.logs.export`: :func:`to_obp` (Open Bandit Pipeline's
-  ``bandit_feedback``) and :func:`to_vw` (Vowpal Wabbit's contextual-bandit text format).
+  ``bandit_feedback``, with a reward model from an estimate) and :func:`to_vw` (Vowpal
+  Wabbit's contextual-bandit text format, one line per round or multiline for its ADF
+  reductions).
 """
 
 from lrbandit_gym.logs.build import make_log

@@ -5,19 +5,25 @@ Targets and policies are given on the command line as ``NAME=SPEC``:
 - ``--target NAME=entry:J,K`` (the entry ``(J, K)`` of every ``M_a``), ``NAME=eye`` (the
   trace of the top square block, ``T = I``), ``NAME=FILE.npy`` (a ``(d1, d2)`` array) or
   ``NAME=FILE.npz:KEY``;
-- ``--policy NAME=greedy`` (the greedy rule of the estimate) or ``NAME=arm:A`` (always
-  arm ``A``).
+- ``--policy NAME=greedy`` (the greedy rule of the estimate), ``NAME=arm:A`` (always arm
+  ``A``), ``NAME=uniform`` (every arm with probability ``1/K``) or ``NAME=MODULE:FUNCTION``
+  (a function of yours from the context to an action or a pmf, as
+  :class:`~inference.PolicyEvaluation` takes it; the module is imported with the current
+  folder first on the path).
 
 Usage errors (exit 2) name the argument: a malformed spec, a log file that is missing or
 does not follow the format (the message names the column and the row), a ``--rank`` above
 ``min(d1, d2)``, a target of the wrong shape, all zero or with entries above
-``MAX_MAGNITUDE``, ``V*`` or policies asked of a log without ``pmf``.  A round the wrappers
+``MAX_MAGNITUDE``, ``V*`` or policies asked of a log without ``pmf``, a ``MODULE:FUNCTION``
+policy that cannot be imported or is not callable.  A round the wrappers
 refuse during the replay exits 1, naming its row.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import re
 import sys
 import zipfile
@@ -55,6 +61,12 @@ OUTPUT_FILES = ("analyze.csv", "analyze.md")
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
 
+#: ``MODULE:FUNCTION`` of ``--policy``: a dotted module name, a colon, a function's name.
+_FUNCTION = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
+
+#: What ``--policy NAME=SPEC`` takes, for the messages.
+POLICY_SPECS = "greedy, uniform, arm:A or MODULE:FUNCTION"
+
 
 def _split(text: str, option: str) -> tuple[str, str]:
     match = re.fullmatch(rf"({_NAME})=(.+)", text)
@@ -82,10 +94,16 @@ def parse_target(text: str) -> tuple[str, str]:
 
 
 def parse_policy(text: str) -> tuple[str, str]:
-    """argparse type of ``--policy``: ``(name, spec)`` with spec ``greedy`` or ``arm:A``."""
+    """argparse type of ``--policy``: ``(name, spec)`` with spec ``greedy``, ``uniform``,
+    ``arm:A`` or ``MODULE:FUNCTION`` (its syntax only; it is imported later)."""
     name, spec = _split(text, "--policy")
-    if spec != "greedy" and not re.fullmatch(r"arm:\d+", spec):
-        raise argparse.ArgumentTypeError(f"--policy {name}= takes greedy or arm:A; got {spec!r}")
+    ok = (
+        spec in ("greedy", "uniform")
+        or re.fullmatch(r"arm:\d+", spec)
+        or re.fullmatch(_FUNCTION, spec)
+    )
+    if not ok:
+        raise argparse.ArgumentTypeError(f"--policy {name}= takes {POLICY_SPECS}; got {spec!r}")
     return name, spec
 
 
@@ -127,13 +145,44 @@ def _target_matrix(name: str, spec: str, d1: int, d2: int) -> np.ndarray:
     return arr.astype(float)
 
 
-def _policy(spec: str, n_actions: int) -> Any:
+def _policy(name: str, spec: str, n_actions: int) -> Any:
+    """The target policy of a ``--policy`` spec; ValueError naming the policy."""
     if spec == "greedy":
         return "greedy"
-    arm = int(spec[len("arm:") :])
-    if arm >= n_actions:
-        raise ValueError(f"arm {arm} is outside [0, {n_actions})")
-    return lambda obs: arm
+    if spec == "uniform":
+        pmf = np.full(n_actions, 1.0 / n_actions)
+        return lambda obs: pmf
+    if spec.startswith("arm:"):
+        arm = int(spec[len("arm:") :])
+        if arm >= n_actions:
+            raise ValueError(f"policy {name!r}: arm {arm} is outside [0, {n_actions})")
+        return lambda obs: arm
+    return _imported_function(name, spec)
+
+
+def _imported_function(name: str, spec: str) -> Any:
+    """The function ``MODULE:FUNCTION``, its module imported with the current folder first
+    on ``sys.path`` (as ``python -m`` has it); ValueError naming the policy when the module
+    cannot be imported or the attribute is missing or not callable."""
+    module_name, _, attribute = spec.partition(":")
+    here = os.getcwd()
+    sys.path.insert(0, here)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any failure of the user's module is a bad --policy
+        raise ValueError(
+            f"policy {name!r}: cannot import module {module_name!r} ({type(exc).__name__}: {exc})"
+        ) from None
+    finally:
+        sys.path.remove(here)
+    function = getattr(module, attribute, None)
+    if function is None:
+        raise ValueError(f"policy {name!r}: module {module_name!r} has no {attribute!r}")
+    if not callable(function):
+        raise ValueError(
+            f"policy {name!r}: {spec} is a {type(function).__name__}, not a function of the context"
+        )
+    return function
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -160,7 +209,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=SPEC",
-        help="a target policy to evaluate: greedy or arm:A (repeatable; needs the pmf)",
+        help=f"a target policy to evaluate: {POLICY_SPECS} (a function of yours from the "
+        "context to an action or a pmf; repeatable; needs the pmf)",
     )
     p.add_argument("--rank", type=positive_int, required=True, help="rank of the model")
     p.add_argument(
@@ -298,7 +348,7 @@ def _targets_and_policies(args: argparse.Namespace, log: dict[str, Any]) -> tupl
     except ValueError as exc:
         parser.error(f"argument --target: {exc}")
     try:
-        policies = {n: _policy(s, K) for n, s in args.policy}
+        policies = {n: _policy(n, s, K) for n, s in args.policy}
     except ValueError as exc:
         parser.error(f"argument --policy: {exc}")
     if not has_pmf and not args.no_value:

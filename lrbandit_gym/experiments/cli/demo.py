@@ -12,7 +12,7 @@ from lrbandit_gym.experiments.cli.conventions import (
     positive_int,
     usage_errors,
 )
-from lrbandit_gym.experiments.demo import run_demo
+from lrbandit_gym.experiments.demo import DEFAULT_OUT, run_demo
 
 __all__ = ["add_parser", "run"]
 
@@ -26,7 +26,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--rounds", type=positive_int, default=3000, help="online rounds after warm start"
     )
     demo.add_argument("--seed", type=nonnegative_int, default=0)
-    add_output_arguments(demo, "lrbandit-out", "the figure demo_intervals.png")
+    add_output_arguments(
+        demo,
+        None,
+        f"the figure demo_intervals.png (default {DEFAULT_OUT}, where each run replaces the "
+        "figure of the run before)",
+    )
     demo.add_argument("--no-plot", action="store_true", help="do not save the figure")
     demo.set_defaults(func=run, parser=demo)
     return demo

@@ -286,8 +286,8 @@ class LinearFormRound:
                 pred, g = pulled_arm_terms(
                     Ua, Va, X, self._triplets, self._kappa, balanced=balanced, products=products
                 )
+                # <G_t, Σ⁻¹X_t> = g/p_jk: the scale carries it, as c does for the paper's law.
                 scale, whitened = self._whitener.entry_scale(X.rows, X.cols), None
-                g = g * scale[:, None]
             else:
                 dense = X.dense() if one_hot else X
                 XV = np.matmul(dense, Va) if products is None else products[0]

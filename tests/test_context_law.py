@@ -383,3 +383,25 @@ def _e00():
     e = np.zeros((D1, D2))
     e[0, 0] = 1.0
     return e
+
+
+def test_uniform_entry_frequencies_give_the_papers_completion_estimate():
+    # EntryLaw's per-round scale 1/p_jk against Appendix C's c = d1 d2: the same estimate,
+    # and a standard error within sampling error of σ̂·Ŝ/√n (a scale applied twice would
+    # multiply it by d1 d2).
+    rng = np.random.default_rng(17)
+    n = 3000
+    idx = np.stack([rng.integers(0, D1, n), rng.integers(0, D2, n)], axis=1)
+    U, V = 0.1 * rng.standard_normal((2, D1, 1)), 0.1 * rng.standard_normal((2, D2, 1))
+    T = {"e": _e00()}
+    cores = [
+        LinearFormInference(D1, D2, 1, 2, T, context="completion", context_law=law)
+        for law in (None, EntryLaw(np.ones((D1, D2))))
+    ]
+    for t in range(n):
+        y = float(rng.normal())
+        for core in cores:
+            core.update(U, V, idx[t], t % 2, y, np.array([0.5, 0.5]))
+    paper, entries = (core.interval(0, "e") for core in cores)
+    assert entries.estimate == pytest.approx(paper.estimate, rel=1e-9, abs=1e-12)
+    assert entries.standard_error == pytest.approx(paper.standard_error, rel=0.1)

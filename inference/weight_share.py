@@ -39,9 +39,11 @@ __all__ = ["DESIGN_SHARE_LIMIT", "SHARE_LIMIT", "WeightShare", "warn_heavy_round
 #: Largest share (L) of one round in a quantity's predictable variance that a read-out
 #: accepts without a :class:`~inference.results.SmallPropensityWarning`.
 SHARE_LIMIT = 0.1
-#: The same for the realized design terms of a parameter's ``Ŝ²``, which ε-greedy's
-#: exploration rounds (weight ``K/ε``) hold at shares near 0.12 where every interval covers:
-#: only a share above one half (a few rounds of rare, large whitened contexts) warns.
+#: The level at which ``lrbandit validate`` counts a parameter's realized design terms
+#: (``Ŝ²``) as held by one round: ε-greedy's exploration rounds (weight ``K/ε``) hold
+#: shares near 0.12 where every interval covers, and shares above one half occur both
+#: where the intervals miss (images) and where they cover (uneven completion), so it is
+#: a diagnostic, not a warning.
 DESIGN_SHARE_LIMIT = 0.5
 
 
@@ -134,12 +136,6 @@ class WeightShare:
         self._sum, self._max = arrays
 
 
-_PROPENSITY_CAUSE = (
-    "predictable variance{where}: too few rounds, or weights 1/pi_t too uneven (a "
-    "propensity close to zero)"
-)
-
-
 def warn_heavy_rounds(
     share: np.ndarray,
     n: int,
@@ -147,8 +143,6 @@ def warn_heavy_rounds(
     batched: bool,
     advice: str,
     stacklevel: int = 3,
-    cause: str = _PROPENSITY_CAUSE,
-    limit: float = SHARE_LIMIT,
 ) -> None:
     """Warn (:class:`~inference.results.SmallPropensityWarning`) where one round holds more
     than :data:`SHARE_LIMIT` of the predictable variance of ``what``.
@@ -165,12 +159,8 @@ def warn_heavy_rounds(
         Whether to name the trials.
     advice : str
         What the user can change beyond reading after more rounds.
-    cause : str
-        What holds the share and why, with ``{where}`` for the trials.
-    limit : float
-        The share above which it warns.
     """
-    heavy = share > limit
+    heavy = share > SHARE_LIMIT
     if not heavy.any():
         return
     i = int(np.argmax(np.where(np.isnan(share), -np.inf, share)))
@@ -178,10 +168,10 @@ def warn_heavy_rounds(
     warnings.warn(
         SmallPropensityWarning(
             f"{what}: one of its {n} rounds holds {share[i]:.0%} of the estimate's "
-            + cause.format(where=where)
-            + ". The normal approximation behind the interval needs "
+            f"predictable variance{where}: too few rounds, or weights 1/pi_t too uneven (a "
+            "propensity close to zero). The normal approximation behind the interval needs "
             "every round's share to vanish (Lindeberg's condition, docs/method.md §8); above "
-            f"{limit:.0%} the interval may under-cover. Read it after more rounds, or "
+            f"{SHARE_LIMIT:.0%} the interval may under-cover. Read it after more rounds, or "
             f"{advice}"
         ),
         stacklevel=stacklevel,

@@ -152,11 +152,12 @@ GRID: dict[str, ValidationSetting] = {
         "(the data set's exact second moment)",
     ),
     "completion-60": ValidationSetting(
-        env={"d1": 60, "d2": 60, "rank": 2, "context": "completion"},
+        env={"d1": 60, "d2": 60, "rank": 2, "context": "completion", "observation": "index"},
         policy="epsilon-greedy",
         targets="paper",
         n=(1000, 3000),
-        description="completion at 60 x 60, rank 2, ε-greedy with every default",
+        description="completion at 60 x 60, rank 2, ε-greedy with every default (index "
+        "observations: O((d1 + d2) r) a round)",
     ),
     "eight-arms": ValidationSetting(
         env={"d1": 20, "d2": 20, "rank": 2, "n_actions": 8},

@@ -67,6 +67,7 @@ ENV_KEYS = (
     "entry_probs",
     "contexts",
     "params",
+    "observation",
 )
 
 

@@ -31,3 +31,16 @@ def awkward_factor_pairs():
         return U, V
 
     return make
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray cluster for the tests of the Ray backend (its start is most of their
+    time); the backend joins a running cluster and leaves it running."""
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()

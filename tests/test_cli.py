@@ -119,8 +119,7 @@ def test_reproduce_runs_and_records_the_engine_asked_for(tmp_path, capsys):
         reproduce("table1", trials=2, n=(20,), out=tmp_path, engine="gpu")
 
 
-def test_ray_backend_gives_the_local_numbers(tmp_path):
-    pytest.importorskip("ray")
+def test_ray_backend_gives_the_local_numbers(tmp_path, ray_session):
     local = reproduce("value", trials=4, n=(40,), seed=1, out=tmp_path / "a", jobs=2, batch_size=2)
     ray = reproduce(
         "value", trials=4, n=(40,), seed=1, out=tmp_path / "b", jobs=2, batch_size=2, backend="ray"

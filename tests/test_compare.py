@@ -149,8 +149,7 @@ def test_results_do_not_depend_on_jobs():
 
 
 @pytest.mark.slow
-def test_results_do_not_depend_on_the_ray_backend():
-    pytest.importorskip("ray")
+def test_results_do_not_depend_on_the_ray_backend(ray_session):
     _assert_same(_small(1), _small(2, backend="ray"))
 
 

@@ -296,6 +296,41 @@ MUTANTS: tuple[Mutant, ...] = (
         "share = self._weights.shares()[:, list(arms)].mean(axis=1)",
         ("tests/test_seeded_slips.py", "tests/test_weight_share.py"),
     ),
+    Mutant(
+        "law_correction_unwhitened",
+        "under a law other than the paper's, the correction adds X_t instead of Σ⁻¹ vec X_t",
+        "inference/linear_form_round.py",
+        "Xc = X if terms.whitened is None else terms.whitened",
+        "Xc = X",
+        ("tests/test_context_law.py",),
+    ),
+    Mutant(
+        "entry_scale_twice",
+        "an entry law scales the design term <G_t, X_t> by 1/p_jk besides its scale",
+        "inference/linear_form_round.py",
+        "scale, whitened = self._whitener.entry_scale(X.rows, X.cols), None\n",
+        "scale, whitened = self._whitener.entry_scale(X.rows, X.cols), None\n"
+        "                g = g * scale[:, None]\n",
+        ("tests/test_context_law.py",),
+    ),
+    Mutant(
+        "estimated_law_not_predictable",
+        "an estimated law takes round t's own context into the estimate that whitens it",
+        "inference/linear_form_round.py",
+        "        if self._whitener.estimated and self._whitener.n == 0:",
+        "        if self._whitener.estimated:\n"
+        "            self._whitener.observe(X.dense() if isinstance(X, OneHotContexts) else X)\n"
+        "        if self._whitener.estimated and self._whitener.n == 0:",
+        ("tests/test_context_law.py",),
+    ),
+    Mutant(
+        "robust_variance_dropped",
+        "under a law other than the paper's, the standard error is the paper's product form",
+        "inference/linear_form_readout.py",
+        "        if self.robust:  # σ̂²·S2 is then the robust variance (docs/method.md §11)",
+        "        if False:  # σ̂²·S2 is then the robust variance (docs/method.md §11)",
+        ("tests/test_context_law.py",),
+    ),
 )
 
 _IGNORE = shutil.ignore_patterns(

@@ -107,7 +107,7 @@ class ContextLaw:
 
     def predicted_moment(self, A: np.ndarray, W: np.ndarray) -> np.ndarray:
         """``E[<A, X><W, X>] = vec Aᵀ Σ vec W`` for stacks of probes ``(k, d1, d2)``
-        (used by tests and the simulator; the check reads :meth:`whiten`)."""
+        (what the context check predicts for its probes, :mod:`inference.context_check`)."""
         raise NotImplementedError
 
     def entry_scale(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:

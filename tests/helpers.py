@@ -41,3 +41,23 @@ def rank_r(rng, d1, d2, r, scale=1.0):
         * np.linalg.qr(rng.standard_normal((d1, r)))[0]
         @ np.linalg.qr(rng.standard_normal((d2, r)))[0].T
     )
+
+
+class EditStep(gym.Wrapper):
+    """Applies ``edit(obs, reward, terminated, truncated, info)`` to the result of step
+    number ``at`` (1-based) of ``env``: a reward a wrapper must refuse, an ``info`` that is
+    not the bandit's."""
+
+    def __init__(self, env, at, edit):
+        super().__init__(env)
+        self.at, self.t, self.edit = at, 0, edit
+
+    def step(self, action):
+        out = self.env.step(action)
+        self.t += 1
+        return self.edit(*out) if self.t == self.at else out
+
+
+def nan_reward(obs, reward, terminated, truncated, info):
+    """An :class:`EditStep` edit: the step's reward becomes NaN."""
+    return obs, float("nan"), terminated, truncated, info

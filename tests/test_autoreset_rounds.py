@@ -6,6 +6,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import EditStep
 
 import lrbandit_gym  # noqa: F401
 from inference import ParameterInference, ValueInference
@@ -91,21 +92,8 @@ def test_vector_recorder_records_every_step_of_a_same_step_autoreset():
     assert rec.n_rounds == STEPS
 
 
-class _DropInfo(gym.Wrapper):
-    """Returns an empty ``info`` at one step (a step that is not the bandit's)."""
-
-    def __init__(self, env, at):
-        super().__init__(env)
-        self.at, self.t = at, 0
-
-    def step(self, action):
-        obs, r, term, trunc, info = self.env.step(action)
-        self.t += 1
-        return obs, r, term, trunc, ({} if self.t == self.at else info)
-
-
 def test_a_step_without_the_bandits_info_is_refused_without_suggesting_oracle_false():
-    rec = RecordRounds(_DropInfo(_single(), at=3))
+    rec = RecordRounds(EditStep(_single(), 3, lambda o, r, te, tr, i: (o, r, te, tr, {})))
     rec.reset(seed=0)
     rec.step(Decision(0, PMF))
     rec.step(Decision(1, PMF))

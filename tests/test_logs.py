@@ -5,6 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import EditStep, nan_reward
 
 import lrbandit_gym  # noqa: F401
 from agents import EpsilonGreedy
@@ -96,23 +97,12 @@ def test_recorder_refuses_a_bare_action_before_the_step():
     assert env.to_log()["propensity"].tolist() == [0.5]
 
 
-class _NaNReward(gym.Wrapper):
-    """Turns the reward of one step into NaN (a round an inference wrapper refuses)."""
-
-    def __init__(self, env, at):
-        super().__init__(env)
-        self.at, self.t = at, 0
-
-    def step(self, action):
-        obs, r, term, trunc, info = self.env.step(action)
-        self.t += 1
-        return obs, (float("nan") if self.t == self.at else r), term, trunc, info
-
-
 def test_a_round_refused_above_is_taken_back():
     base = gym.make("MatrixContextBandit-v0", d1=D1, d2=D2, rank=1)
     rec = RecordRounds(base)
-    params = ParameterInference(_NaNReward(rec, at=5), {"T": np.eye(D1, D2)}, 1, warm_start=20)
+    params = ParameterInference(
+        EditStep(rec, 5, nan_reward), {"T": np.eye(D1, D2)}, 1, warm_start=20
+    )
     params.reset(seed=0)
     pmf = np.array([0.5, 0.5])
     for _ in range(4):

@@ -9,6 +9,7 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import EditStep, nan_reward
 
 import lrbandit_gym  # noqa: F401
 from inference import (
@@ -85,19 +86,6 @@ def test_validate_log_refuses_a_pmf_a_thousandth_off():
         validate_log(bad)
 
 
-class _NaNReward(gym.Wrapper):
-    """Turns the reward of step ``at`` into NaN (a round the inference wrapper refuses)."""
-
-    def __init__(self, env, at):
-        super().__init__(env)
-        self.at, self.t = at, 0
-
-    def step(self, action):
-        obs, r, term, trunc, info = self.env.step(action)
-        self.t += 1
-        return obs, (float("nan") if self.t == self.at else r), term, trunc, info
-
-
 def test_a_round_taken_back_gives_propensity_fn_its_own_context_again():
     seen = []
 
@@ -109,7 +97,7 @@ def test_a_round_taken_back_gives_propensity_fn_its_own_context_again():
     base = gym.make("MatrixContextBandit-v0", d1=3, d2=3, rank=1)
     rec = RecordRounds(base, propensity_fn=softmax)
     params = ParameterInference(
-        _NaNReward(rec, at=3), {"T": np.eye(3)}, 1, warm_start=20, propensity_fn=softmax
+        EditStep(rec, 3, nan_reward), {"T": np.eye(3)}, 1, warm_start=20, propensity_fn=softmax
     )
     params.reset(seed=0)
     params.step(0)

@@ -15,8 +15,11 @@ sums of :mod:`inference.linear_form_round`::
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
+from inference.context_check import ContextLawWarning
 from inference.results import (
     IntervalEstimate,
     normal_interval,
@@ -26,6 +29,7 @@ from inference.results import (
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from inference.tangent_space import basis_transform
 from inference.weight_share import warn_heavy_rounds
+from lrbandit_gym.context_law import CONDITION_LIMIT
 from lrbandit_gym.input_checks import check_arm, check_confidence_level, check_target_name
 
 __all__ = ["LinearFormReadout"]
@@ -77,6 +81,36 @@ class LinearFormReadout:
         )
         if self.check_contexts:
             self._check.warn(what, self.context_law.describe(), self.batched, stacklevel=5)
+            self._warn_ill_conditioned(what)
+
+    def condition_numbers(self) -> np.ndarray:
+        """The condition number of the law in use on its range, ``()`` or ``(B,)``: above
+        :data:`~lrbandit_gym.context_law.CONDITION_LIMIT` a read-out warns."""
+        w = self._whitener
+        kappa = w.condition_numbers() if w.estimated else np.full(self._B, w.condition_number())
+        return self._out(kappa)
+
+    def _warn_ill_conditioned(self, what: str) -> None:
+        kappa = np.atleast_1d(self.condition_numbers())
+        bad = kappa > CONDITION_LIMIT
+        if not bad.any():
+            return
+        i = int(np.argmax(kappa))
+        where = (
+            f" in {int(bad.sum())} of {bad.size} trials (largest: trial {i})"
+            if self.batched
+            else ""
+        )
+        warnings.warn(
+            ContextLawWarning(
+                f"{what}: the contexts barely vary along some directions: the second moment "
+                f"of the law {self.context_law.describe()} has condition number "
+                f"{kappa[i]:.2g}{where}, above {CONDITION_LIMIT:.0e}. The low-rank estimate is "
+                "poorly identified along those directions and the interval may not cover "
+                "(real images, docs/method.md §11); read targets the contexts vary along."
+            ),
+            stacklevel=5,
+        )
 
     def context_flags(self) -> np.ndarray:
         """Whether the contexts so far contradict the law in use

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from lrbandit_gym.context_law import EstimatedLaw, pseudo_inverse
+from lrbandit_gym.context_law import EstimatedLaw, condition_number, pseudo_inverse
 from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = ["REFRESH_GROWTH", "RunningSecondMoment"]
@@ -113,6 +113,16 @@ class RunningSecondMoment:
             op["second_moment"] = s["sum_xx"] / n
             op["inverse"] = pseudo_inverse(op["second_moment"])
         self.refreshed_at = n
+
+    def condition_numbers(self) -> np.ndarray:
+        """The estimate's condition number on its range per trial, ``(B,)`` (1 before any
+        context)."""
+        if self.refreshed_at == 0:
+            return np.ones(self._sums[next(iter(self._sums))].shape[0])
+        op = self._op
+        if self.structure == "kronecker":
+            return condition_number(op["row_factor"]) * condition_number(op["col_factor"])
+        return condition_number(op["second_moment"])
 
     def _current(self) -> None:
         if self.n == 0:

@@ -39,8 +39,10 @@ __all__ = [
     "IsotropicLaw",
     "KroneckerLaw",
     "SecondMomentLaw",
+    "CONDITION_LIMIT",
     "ar1_correlation",
     "as_context_law",
+    "condition_number",
     "law_from_arrays",
     "pseudo_inverse",
 ]
@@ -58,6 +60,24 @@ def pseudo_inverse(S: np.ndarray, floor: float = RANGE_FLOOR) -> np.ndarray:
     keep = (w > floor * top) & (top > 0)
     inv = np.where(keep, 1.0 / np.where(keep, w, 1.0), 0.0)
     return np.matmul(Q * inv[..., None, :], Q.swapaxes(-1, -2))
+
+
+def condition_number(S: np.ndarray, floor: float = RANGE_FLOOR) -> np.ndarray:
+    """Largest over smallest eigenvalue of a stack of positive semi-definite matrices
+    ``(..., p, p)`` on their range (eigenvalues at or below ``floor`` times the largest,
+    directions no context takes, left out); 1 for a zero matrix."""
+    w = np.linalg.eigvalsh(S)
+    top = w[..., -1]
+    kept = np.where(w > floor * top[..., None], w, np.inf).min(axis=-1)
+    return np.where(top > 0, top / np.where(np.isfinite(kept), kept, top), 1.0)
+
+
+#: Condition number of the second moment (on its range) above which the parameter
+#: intervals warn: the contexts barely vary along some directions, the low-rank estimate is
+#: poorly identified there, and on real images the intervals miss (docs/method.md §11).
+#: AR(1) correlations of 0.9 between rows and between columns give 4.5·10⁴ at 20 × 20
+#: (at most 1.3·10⁵ at any size) and cover; the digits images give 4.2·10⁶ and do not.
+CONDITION_LIMIT = 1e6
 
 
 def ar1_correlation(d: int, rho: float) -> np.ndarray:
@@ -109,6 +129,10 @@ class ContextLaw:
         """``E[<A, X><W, X>] = vec Aᵀ Σ vec W`` for stacks of probes ``(k, d1, d2)``
         (what the context check predicts for its probes, :mod:`inference.context_check`)."""
         raise NotImplementedError
+
+    def condition_number(self) -> float:
+        """The condition number of ``Σ`` on its range (:func:`condition_number`)."""
+        return 1.0
 
     def entry_scale(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """``Σ⁻¹`` on the one-hot context ``e_j e_kᵀ`` is ``s_jk e_j e_kᵀ``: ``s`` per trial.
@@ -189,6 +213,9 @@ class KroneckerLaw(ContextLaw):
             self._mean_white = self._row_inv @ m @ self._col_inv  # S⁻¹ μ, S = R ⊗ C
             self._mean_gain = 1.0 / (1.0 + float(np.sum(m * self._mean_white)))
 
+    def condition_number(self) -> float:
+        return float(condition_number(self.row_cov) * condition_number(self.col_cov))
+
     def whiten(self, X: np.ndarray) -> np.ndarray:
         out = np.matmul(np.matmul(self._row_inv, X), self._col_inv)
         if self.mean is not None:  # (S + μμᵀ)⁻¹ x = S⁻¹x − S⁻¹μ (μᵀS⁻¹x)/(1 + μᵀS⁻¹μ)
@@ -240,6 +267,9 @@ class SecondMomentLaw(ContextLaw):
         flat = X.reshape(X.shape[0], -1)
         return cls(flat.T @ flat / X.shape[0], X.shape[1:])
 
+    def condition_number(self) -> float:
+        return float(condition_number(self.second_moment))
+
     def whiten(self, X: np.ndarray) -> np.ndarray:
         flat = X.reshape(X.shape[0], -1)
         return (flat @ self._inv).reshape(X.shape)
@@ -285,6 +315,10 @@ class EntryLaw(ContextLaw):
         counts = np.zeros(shape)
         np.add.at(counts, (np.asarray(rows), np.asarray(cols)), 1.0)
         return cls(counts)
+
+    def condition_number(self) -> float:
+        p = self.probs[self.probs > 0]
+        return float(p.max() / p.min())
 
     def whiten(self, X: np.ndarray) -> np.ndarray:
         return X * self._inv

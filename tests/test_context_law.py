@@ -402,3 +402,25 @@ def test_uniform_entry_frequencies_give_the_papers_completion_estimate():
     paper, entries = (core.interval(0, "e") for core in cores)
     assert entries.estimate == pytest.approx(paper.estimate, rel=1e-9, abs=1e-12)
     assert entries.standard_error == pytest.approx(paper.standard_error, rel=0.1)
+
+
+def test_an_ill_conditioned_law_warns_and_a_correlated_one_does_not():
+    # A pixel that barely varies (s.d. 1e-4 against 1): the law's condition number is 1e8.
+    rng = np.random.default_rng(18)
+    X = rng.standard_normal((400, D1, D2))
+    X[:, 0, 0] *= 1e-4
+    U, V = 0.1 * rng.standard_normal((2, D1, 1)), 0.1 * rng.standard_normal((2, D2, 1))
+    flat = SecondMomentLaw.of_contexts(X)
+    assert flat.condition_number() > 1e6
+    inf = _run_core(flat, X, U, V)
+    with pytest.warns(ContextLawWarning, match="barely vary"):
+        inf.interval(0, "one")
+    estimated = _run_core("estimated", X, U, V)
+    with pytest.warns(ContextLawWarning, match="barely vary"):
+        estimated.interval(0, "one")
+    law = KroneckerLaw(ar1_correlation(D1, 0.9), ar1_correlation(D2, 0.9))
+    Lr, Lc = np.linalg.cholesky(law.row_cov), np.linalg.cholesky(law.col_cov)
+    quiet = _run_core(law, Lr @ rng.standard_normal((400, D1, D2)) @ Lc.T, U, V)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ContextLawWarning)
+        quiet.interval(0, "one")

@@ -402,8 +402,9 @@ class ValidationResult:
                 part += f", the others covered {min(covered):.3f}–{max(covered):.3f}"
             parts.append(part)
         return (
-            "context check (the contexts against the law the debiasing divides by: "
-            "ContextLawWarning at the parameter read-outs; docs/method.md §1): " + "; ".join(parts)
+            "context check (the contexts against the law the debiasing divides by, and the "
+            "law's conditioning: ContextLawWarning at the parameter read-outs; docs/method.md "
+            "§11): " + "; ".join(parts)
         )
 
     def _round_share_line(

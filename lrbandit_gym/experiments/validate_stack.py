@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 
+from lrbandit_gym.context_law import CONDITION_LIMIT
 from lrbandit_gym.experiments.policy_targets import (
     policy_label,
     target_policies,
@@ -168,12 +169,16 @@ class InferenceStack:
         return np.asarray(self.parameters.core.design_shares()).max(axis=(-1, -2))
 
     def context_flags(self) -> np.ndarray:
-        """Whether the context check contradicts the law the parameter intervals use, as
-        1.0 / 0.0 per trial, ``(B,)`` (NaN without parameter inference): such trials'
-        read-outs warn (:class:`~inference.ContextLawWarning`)."""
+        """Where the parameter read-outs raise :class:`~inference.ContextLawWarning`, as
+        1.0 / 0.0 per trial, ``(B,)`` (NaN without parameter inference): the contexts
+        contradict the law in use, or its second moment is ill-conditioned."""
         if self.parameters is None:
             return np.full(self.env.num_envs, np.nan)
-        return np.asarray(self.parameters.core.context_flags(), dtype=float)
+        core = self.parameters.core
+        flags = np.asarray(core.context_flags()) | (
+            np.asarray(core.condition_numbers()) > CONDITION_LIMIT
+        )
+        return flags.astype(float)
 
     def estimation_error(self) -> np.ndarray:
         """``‖M̂_a − M_a‖_F`` of the estimate inference reads, ``(B, K)``."""

@@ -12,6 +12,7 @@ from inference import ContextLawWarning, LinearFormInference, ParameterInference
 from inference.context_check import ContextCheck
 from inference.running_law import RunningSecondMoment
 from lrbandit_gym.context_law import (
+    CONDITION_LIMIT,
     EntryLaw,
     EstimatedLaw,
     IsotropicLaw,
@@ -411,7 +412,7 @@ def test_an_ill_conditioned_law_warns_and_a_correlated_one_does_not():
     X[:, 0, 0] *= 1e-4
     U, V = 0.1 * rng.standard_normal((2, D1, 1)), 0.1 * rng.standard_normal((2, D2, 1))
     flat = SecondMomentLaw.of_contexts(X)
-    assert flat.condition_number() > 1e6
+    assert flat.condition_number() > CONDITION_LIMIT
     inf = _run_core(flat, X, U, V)
     with pytest.warns(ContextLawWarning, match="barely vary"):
         inf.interval(0, "one")

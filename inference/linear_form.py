@@ -117,6 +117,13 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
             if context_law is None
             else as_context_law(context_law, self.d1, self.d2)
         )
+        if law.estimated and law.structure == "kronecker" and self.context == "completion":
+            raise ValueError(
+                f"context_law {law.describe()} cannot describe completion contexts, whose "
+                "second moment is diagonal: give the entries' frequencies, "
+                "context_law=EntryLaw(p) or EntryLaw.of_counts(rows, cols, (d1, d2)) from a log "
+                "(docs/method.md §11)"
+            )
         if law.name in ("completion", "entries") and self.context != "completion":
             raise ValueError(
                 f"context_law {law.describe()} describes completion contexts (one revealed "

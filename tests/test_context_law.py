@@ -425,3 +425,15 @@ def test_an_ill_conditioned_law_warns_and_a_correlated_one_does_not():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ContextLawWarning)
         quiet.interval(0, "one")
+
+
+def test_a_kronecker_estimate_is_refused_for_completion_contexts_naming_the_entry_law():
+    with pytest.raises(ValueError, match="EntryLaw"):
+        LinearFormInference(
+            D1, D2, 1, 2, {"e": _e00()}, context="completion", context_law="estimated-kronecker"
+        )
+    # "estimated" picks the whole second moment at this size, which a diagonal one is.
+    core = LinearFormInference(
+        D1, D2, 1, 2, {"e": _e00()}, context="completion", context_law="estimated"
+    )
+    assert core.context_law.structure == "full"

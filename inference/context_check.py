@@ -19,11 +19,11 @@ top rows and the left columns (uneven entry frequencies, uneven scales), and fou
 random matrices.
 
 A read-out warns (:class:`ContextLawWarning`) once :data:`MIN_ROUNDS` rounds are in, where
-some probe is both significant (``|t| > Z_LIMIT``; ``q`` is skewed, a product of two
-correlated normals for Gaussian contexts, so the t-statistic needs that many rounds before
-its lower tail is normal) and relevant (``|q̄ − 1| > RELATIVE_LIMIT``): an estimated law
-is never exact, and a 2% error in ``Σ`` moves an interval by less than a tenth of its
-standard error, so the check speaks only of errors that can cost coverage.
+some probe is both significant (``|t| > Z_LIMIT``; ``q`` is skewed, a scaled χ² with one
+degree of freedom for Gaussian contexts, so the t-statistic needs that many rounds before
+its lower tail is normal: with fewer, one trial in ten of the right law reads ``|t| > 4.5``
+at 25 rounds) and relevant (``|q̄ − 1| > RELATIVE_LIMIT``): after many rounds a
+discrepancy too small to matter is significant too, and an estimated law is never exact.
 """
 
 from __future__ import annotations

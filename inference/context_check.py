@@ -111,10 +111,8 @@ class ContextCheck:
         if getattr(law, "estimated", False):
             if law.n == 0:
                 return np.full((self._B, N_PROBES), np.nan)
-            return law.predicted_moment(
-                self._A, np.broadcast_to(self._A, (self._B, *self._A.shape))
-            )
-        return law.predicted_moment(self._A, self._A)[None]
+            return law.predicted_moment(self._A)
+        return law.predicted_moment(self._A)[None]
 
     def add(self, X: np.ndarray | OneHotContexts) -> None:
         """Absorb one round's contexts ``(B, d1, d2)`` (or one-hot indices)."""

@@ -143,17 +143,16 @@ class RunningSecondMoment:
         flat = X.reshape(*X.shape[:-2], -1)
         return np.einsum("b...p,bpq->b...q", flat, op["inverse"]).reshape(X.shape)
 
-    def predicted_moment(self, A: np.ndarray, W: np.ndarray) -> np.ndarray:
-        """``vec Aᵀ Σ̂ vec W`` per trial, probes ``A`` (k, d1, d2), ``W`` (B, k, d1, d2)."""
+    def predicted_moment(self, A: np.ndarray) -> np.ndarray:
+        """``vec Aᵀ Σ̂ vec A`` per trial for probes ``A`` (k, d1, d2), shape (B, k)."""
         self._current()
+        op = self._op
         if self.structure == "kronecker":
-            op = self._op
             R, C, mu = op["row_factor"][:, None], op["col_factor"][:, None], op["mean"]
-            out = np.einsum("kij,bkij->bk", A, np.matmul(np.matmul(R, W), C))
-            return out + np.einsum("kij,bij->bk", A, mu) * np.einsum("bkij,bij->bk", W, mu)
+            out = np.einsum("kij,bkij->bk", A, np.matmul(np.matmul(R, A), C))
+            return out + np.einsum("kij,bij->bk", A, mu) ** 2
         a = A.reshape(A.shape[0], -1)
-        w = W.reshape(*W.shape[:2], -1)
-        return np.einsum("kp,bpq,bkq->bk", a, self._op["second_moment"], w)
+        return np.einsum("kp,bpq,kq->bk", a, op["second_moment"], a)
 
     # ------------------------------------------------------------------ persistence
     def _arrays(self) -> dict[str, np.ndarray]:

@@ -126,8 +126,8 @@ class ContextLaw:
         """``Σ⁻¹ vec X`` as matrices, for a stack ``X`` of shape ``(B, d1, d2)``."""
         raise NotImplementedError
 
-    def predicted_moment(self, A: np.ndarray, W: np.ndarray) -> np.ndarray:
-        """``E[<A, X><W, X>] = vec Aᵀ Σ vec W`` for stacks of probes ``(k, d1, d2)``
+    def predicted_moment(self, A: np.ndarray) -> np.ndarray:
+        """``E<A, X>² = vec Aᵀ Σ vec A`` for a stack of probes ``(k, d1, d2)``, shape (k,)
         (what the context check predicts for its probes, :mod:`inference.context_check`)."""
         raise NotImplementedError
 
@@ -167,8 +167,8 @@ class IsotropicLaw(ContextLaw):
     def whiten(self, X: np.ndarray) -> np.ndarray:
         return self.isotropic_scale * X
 
-    def predicted_moment(self, A: np.ndarray, W: np.ndarray) -> np.ndarray:
-        return np.einsum("kij,kij->k", A, W) / self.isotropic_scale
+    def predicted_moment(self, A: np.ndarray) -> np.ndarray:
+        return np.einsum("kij,kij->k", A, A) / self.isotropic_scale
 
     def entry_scale(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         return np.full(np.shape(rows), self.isotropic_scale)
@@ -224,10 +224,10 @@ class KroneckerLaw(ContextLaw):
             out -= proj[:, None, None] * self._mean_white
         return out
 
-    def predicted_moment(self, A: np.ndarray, W: np.ndarray) -> np.ndarray:
-        out = np.einsum("kij,kij->k", A, np.matmul(np.matmul(self.row_cov, W), self.col_cov))
+    def predicted_moment(self, A: np.ndarray) -> np.ndarray:
+        out = np.einsum("kij,kij->k", A, np.matmul(np.matmul(self.row_cov, A), self.col_cov))
         if self.mean is not None:
-            out = out + np.einsum("kij,ij->k", A, self.mean) * np.einsum("kij,ij->k", W, self.mean)
+            out = out + np.einsum("kij,ij->k", A, self.mean) ** 2
         return out
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -275,9 +275,9 @@ class SecondMomentLaw(ContextLaw):
         flat = X.reshape(X.shape[0], -1)
         return (flat @ self._inv).reshape(X.shape)
 
-    def predicted_moment(self, A: np.ndarray, W: np.ndarray) -> np.ndarray:
-        a, w = A.reshape(A.shape[0], -1), W.reshape(W.shape[0], -1)
-        return np.einsum("kp,pq,kq->k", a, self.second_moment, w)
+    def predicted_moment(self, A: np.ndarray) -> np.ndarray:
+        a = A.reshape(A.shape[0], -1)
+        return np.einsum("kp,pq,kq->k", a, self.second_moment, a)
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"context_second_moment": self.second_moment}
@@ -327,8 +327,8 @@ class EntryLaw(ContextLaw):
     def entry_scale(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         return self._inv[rows, cols]
 
-    def predicted_moment(self, A: np.ndarray, W: np.ndarray) -> np.ndarray:
-        return np.einsum("kij,ij,kij->k", A, self.probs, W)
+    def predicted_moment(self, A: np.ndarray) -> np.ndarray:
+        return np.einsum("kij,ij,kij->k", A, self.probs, A)
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"context_entry_probs": self.probs}

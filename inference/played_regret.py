@@ -255,32 +255,27 @@ class RegretCorrection:
 
     Parameters
     ----------
-    wrapper : InferenceWrapperBase
-        The value wrapper (after its ``_setup``).
+    tracker : inference.tracker.Tracker
+        The ``V*`` tracker (its sizes, context law, estimator and rank).
     size : int or None
         Rounds the reservoir keeps (None: :func:`default_reservoir_size`).
+    below : inference.parameter_tracker.ParameterTracker or None
+        A parameter tracker of the same wrapper that shares the estimator, whose core's
+        one-step estimate is the reference; None: an own core.
     """
 
-    def __init__(self, wrapper, size: int | None) -> None:
+    def __init__(self, tracker, size: int | None, below=None) -> None:
         from inference.linear_form import LinearFormInference
         from inference.shared_estimator import SharedEstimate
 
+        wrapper = tracker
         self.d1, self.d2, self.K = wrapper.d1, wrapper.d2, wrapper.n_actions
         self.n_trials = wrapper.n_trials
         completion = wrapper.context == "completion"
         if size is None:
             size = default_reservoir_size(self.d1, self.d2, self.n_trials, completion)
         self.rules = PlayedRules(self.d1, self.d2, self.n_trials, size, completion=completion)
-        self._below = None
-        layer = wrapper.env
-        while layer is not None:
-            if (
-                getattr(layer, "parameter_inference", None) is layer
-                and layer.estimator is wrapper.estimator
-            ):
-                self._below = layer
-                break
-            layer = getattr(layer, "env", None)
+        self._below = below
         self.own = None
         self._feed = None
         if self._below is None:

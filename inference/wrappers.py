@@ -27,29 +27,23 @@ inner one's.
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 import gymnasium as gym
-import numpy as np
 from gymnasium.utils import RecordConstructorArgs
 from gymnasium.vector import VectorWrapper
 
-from agents.estimator import LowRankSGD
+from inference.inference_wrapper import InferenceWrapperBase
 from inference.linear_form import LinearFormInference
+from inference.parameter_tracker import ParameterTracker
 from inference.results import IntervalEstimate
 from inference.sequences import DEFAULT_TUNING_N
-from inference.shared_estimator import SharedEstimate
-from inference.wrapper_base import InferenceWrapperBase
-from lrbandit_gym.rounds import Round
 
 __all__ = ["ParameterInference", "VectorParameterInference"]
 
 
 class _ParameterInferenceBase(InferenceWrapperBase):
-    """Everything of the parameter wrappers but the Gymnasium wrapper class (``_layer``),
-    constructor included."""
-
-    info_key = "parameter_inference"
+    """The parameter preset: one :class:`~inference.parameter_tracker.ParameterTracker`."""
 
     def __init__(
         self,
@@ -79,23 +73,17 @@ class _ParameterInferenceBase(InferenceWrapperBase):
             check_contexts=check_contexts,
             **sgd_kwargs,
         )
-        self._setup(env, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
-        self.core = LinearFormInference(
-            self.d1,
-            self.d2,
-            self.rank,
-            self.n_actions,
-            targets,
-            context=self._shape.context,
+        law = getattr(env.unwrapped, "context_law", None) if context_law is None else context_law
+        tracker = partial(
+            ParameterTracker,
+            targets=targets,
             projection=projection,
             point_estimate=point_estimate,
-            n_trials=self.n_trials,
-            context_law=getattr(env.unwrapped, "context_law", None)
-            if context_law is None
-            else context_law,
+            context_law=law,
             check_contexts=check_contexts,
         )
-        self.target_names = self.core.target_names
+        self._attach(env, tracker, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
+        self.target_names = self.tracker.target_names
 
     @property
     def core(self) -> LinearFormInference:
@@ -104,58 +92,11 @@ class _ParameterInferenceBase(InferenceWrapperBase):
         Assigning another core (of the same sizes, e.g. a negative control of a validity
         study) re-wires the feed from the estimator, so the new core sees every round.
         """
-        return self._core
+        return self.tracker.core
 
     @core.setter
     def core(self, core: LinearFormInference) -> None:
-        self._core = core
-        self._feed = (
-            SharedEstimate(self.estimator, core) if isinstance(self.estimator, LowRankSGD) else None
-        )
-
-    def _snapshot(self, xb, actions, props):
-        if self._feed is None:  # any estimator with factors: copies of all of them
-            u, v = (np.array(f, copy=True) for f in self.estimator.factors)
-            return "factors", ((u, v) if self.n_trials is not None else (u[None], v[None]))
-        # A LowRankSGD: only what the core reads, the products X V_a and Xᵀ U_a of the
-        # pulled arms shared with the estimator's own update of this round.
-        return "parts", self._feed.snapshot(xb, actions, self._fp)
-
-    def _stage(self, snapshot, round_: Round):
-        """The core's round computed and checked before any layer commits (a round whose
-        squares its running sums cannot hold raises here): ``(kind, terms, parts)``."""
-        kind, parts = snapshot
-        # Inputs were validated before the step (decision, reward).
-        if kind == "factors":
-            estimate = self.core.estimate_parts(*parts, round_.actions)
-            return kind, self.core.propose(round_, estimate), parts
-        return kind, self._feed.propose(parts, round_), parts
-
-    def _absorb(self, staged, round_: Round):
-        kind, terms, parts = staged
-        if kind == "factors":
-            self.core.commit(terms)
-        else:
-            self._feed.commit(terms, parts)
-
-    def _skipped(self, round_: Round) -> None:
-        # A round before inference starts still tells an estimated law about the contexts.
-        self._core.observe_context(round_.contexts)
-
-    def _restored(self) -> None:
-        if self._feed is not None:
-            self._feed.forget()
-
-    def _running_info(self) -> dict[str, Any]:
-        core = self._core
-        n = core.n_obs
-        info: dict[str, Any] = {"n_obs": n}
-        if n:
-            sigma2 = core.sigma2
-            se = core.standard_errors()  # (…, K, n_T)
-            info["sigma2"] = sigma2
-            info["standard_error"] = {name: se[..., k] for k, name in enumerate(self.target_names)}
-        return info
+        self.tracker.core = core
 
     def interval(
         self,
@@ -169,8 +110,7 @@ class _ParameterInferenceBase(InferenceWrapperBase):
         """Confidence interval for ``<M_arm, T>`` (Algorithms 2-3), or with
         ``kind="sequence"`` the anytime-valid confidence sequence tuned at ``tuning_n``
         (see :meth:`inference.LinearFormInference.interval`)."""
-        with self._one_warning():
-            return self.core.interval(arm, target, confidence_level, kind=kind, tuning_n=tuning_n)
+        return self.tracker.interval(arm, target, confidence_level, kind=kind, tuning_n=tuning_n)
 
     def difference(
         self,
@@ -184,29 +124,9 @@ class _ParameterInferenceBase(InferenceWrapperBase):
     ) -> IntervalEstimate:
         """Confidence interval for ``<M_a − M_b, T>`` (Corollary 3.3); ``kind`` and
         ``tuning_n`` as in :meth:`interval`."""
-        with self._one_warning():
-            return self.core.difference(
-                arm_a, arm_b, target, confidence_level, kind=kind, tuning_n=tuning_n
-            )
-
-    def results(
-        self,
-        confidence_level: float = 0.95,
-        *,
-        kind: str = "fixed",
-        tuning_n: int = DEFAULT_TUNING_N,
-    ) -> list[tuple[str, IntervalEstimate]]:
-        """Every arm, target and pairwise difference as ``(label, IntervalEstimate)``."""
-        opts = {"kind": kind, "tuning_n": tuning_n}
-        rows = []
-        for name in self.target_names:
-            for a in range(self.n_actions):
-                rows.append((f"<M_{a}, {name}>", self.interval(a, name, confidence_level, **opts)))
-            for a in range(self.n_actions):
-                for b in range(a + 1, self.n_actions):
-                    ci = self.difference(b, a, name, confidence_level, **opts)
-                    rows.append((f"<M_{b} - M_{a}, {name}>", ci))
-        return rows
+        return self.tracker.difference(
+            arm_a, arm_b, target, confidence_level, kind=kind, tuning_n=tuning_n
+        )
 
     @property
     def parameter_inference(self):

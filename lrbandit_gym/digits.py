@@ -382,24 +382,6 @@ class MatrixClassificationBandit(gym.Env):
         self._last = (arm, reward)
         return self._draw(), reward, False, False, info
 
-    # -- undoing a step --------------------------------------------------------------------
-    def checkpoint(self) -> tuple:
-        """What :meth:`restore` needs to undo the steps taken after this call (an opaque
-        tuple): the generator state, the current sample and the pass's order and position."""
-        return (
-            self.np_random.bit_generator.state,
-            self._index,
-            self._order,
-            self._position,
-            self._last,
-        )
-
-    def restore(self, checkpoint: tuple) -> None:
-        """Return to a :meth:`checkpoint`; the inference wrappers use it to undo a step whose
-        round they could not absorb."""
-        state, self._index, self._order, self._position, self._last = checkpoint
-        self.np_random.bit_generator.state = state
-
     def render(self):
         if self.render_mode != "ansi":
             return None

@@ -211,20 +211,6 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
         self._last = (arm, reward)
         return self._draw(), reward, False, False, info
 
-    # -- undoing a step --------------------------------------------------------------------
-    def checkpoint(self) -> tuple:
-        """What :meth:`restore` needs to undo the steps taken after this call: the generator
-        state and the current context (an opaque tuple; cheap: the arrays are not copied,
-        since every step draws new ones)."""
-        return (self.np_random.bit_generator.state, self._context, self._expected, self._last)
-
-    def restore(self, checkpoint: tuple) -> None:
-        """Return to a :meth:`checkpoint`: the next step acts on the context current then
-        and draws what it would have drawn.  The inference wrappers use it to undo a step
-        whose round they could not absorb."""
-        state, self._context, self._expected, self._last = checkpoint
-        self.np_random.bit_generator.state = state
-
     def render(self):
         if self.render_mode != "ansi":
             return None

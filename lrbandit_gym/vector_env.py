@@ -144,23 +144,6 @@ class MatrixContextBanditVectorEnv(GroundTruthMixin, VectorEnv):
         self._autoreset[:] = False
         return self._draw(), {}
 
-    def checkpoint(self) -> tuple:
-        """What :meth:`restore` needs to undo the steps taken after this call (an opaque
-        tuple: the generator state, the current contexts' oracle values, the step counters)."""
-        return (
-            self.np_random.bit_generator.state,
-            self._expected,
-            self._steps.copy(),
-            self._autoreset.copy(),
-        )
-
-    def restore(self, checkpoint: tuple) -> None:
-        """Return to a :meth:`checkpoint`: the next step acts on the contexts current then
-        and draws what it would have drawn."""
-        state, self._expected, steps, autoreset = checkpoint
-        self.np_random.bit_generator.state = state
-        self._steps, self._autoreset = steps.copy(), autoreset.copy()
-
     def _check_actions(self, action) -> np.ndarray:
         arm, _ = split_decision(action)
         arr = np.asarray(arm)

@@ -86,7 +86,7 @@ def test_own_reference_equals_the_parameter_wrappers():
     on the same trajectory it gives the same regret and corrected interval to rounding."""
     shared = _run(True, correction="regret")
     own = _run(False, correction="regret")
-    assert shared._regret.own is None and own._regret.own is not None
+    assert shared.tracker.regret_check.own is None and own.tracker.regret_check.own is not None
     np.testing.assert_allclose(shared.played_regret(), own.played_regret(), rtol=1e-9)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ValueBiasWarning)
@@ -244,7 +244,7 @@ def test_value_wrapper_refuses_absurd_predictions_before_any_change():
     ci = value.core.interval()
     before = value.state_dict()
     obs = np.full((12, 10), 1e100)
-    value._set_obs(obs)  # a context the env would never return: only for the check
+    value.host.round_check.set_obs(obs)  # a context the env would never return: for the check
     state = est.state_dict()
     big = dict(state, U=state["U"] * 1e30, V=state["V"] * 1e30)
     est.load_state_dict(big)

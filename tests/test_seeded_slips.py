@@ -14,7 +14,6 @@ from helpers import EditStep, nan_reward
 import lrbandit_gym  # noqa: F401
 from inference import (
     LinearFormInference,
-    ParameterInference,
     PolicyValueInference,
     SmallPropensityWarning,
     analyze,
@@ -86,7 +85,7 @@ def test_validate_log_refuses_a_pmf_a_thousandth_off():
         validate_log(bad)
 
 
-def test_a_round_taken_back_gives_propensity_fn_its_own_context_again():
+def test_after_a_refused_round_the_recorder_pairs_the_next_round_with_the_new_context():
     seen = []
 
     def softmax(obs):
@@ -95,21 +94,25 @@ def test_a_round_taken_back_gives_propensity_fn_its_own_context_again():
         return z / z.sum()
 
     base = gym.make("MatrixContextBandit-v0", d1=3, d2=3, rank=1)
-    rec = RecordRounds(base, propensity_fn=softmax)
-    params = ParameterInference(
-        EditStep(rec, 3, nan_reward), {"T": np.eye(3)}, 1, warm_start=20, propensity_fn=softmax
+    rec = RecordRounds(EditStep(base, 3, nan_reward), propensity_fn=softmax)
+    obs, _ = rec.reset(seed=0)
+    obs, *_ = rec.step(0)
+    obs, *_ = rec.step(1)
+    before = len(seen)
+    returned = []
+    base.unwrapped.step = lambda action, step=base.unwrapped.step: (
+        returned.append(step(action)) or returned[-1]
     )
-    params.reset(seed=0)
-    params.step(0)
-    params.step(1)
-    with pytest.raises(ValueError, match="reward must be finite"):
-        params.step(0)
-    refused = seen[-1]  # the context of the refused round, as the recorder read it
-    params.step(0)  # the same round again
-    np.testing.assert_array_equal(seen[-1], refused)
+    with pytest.raises(ValueError, match="must be finite|cannot record a reward") as err:
+        rec.step(0)  # the environment steps, its reward is refused
+    assert "not recorded" in err.value.__notes__[0]
+    assert rec.n_rounds == 2 and len(seen) == before + 1
+    new = returned[-1][0]
+    rec.step(0)  # the next round is the context the refused step returned
+    np.testing.assert_array_equal(seen[-1], new)
     log = rec.to_log()
-    np.testing.assert_array_equal(log["context"][2], refused)
-    np.testing.assert_allclose(log["pmf"][2], softmax(refused))
+    np.testing.assert_array_equal(log["context"][2], new)
+    np.testing.assert_allclose(log["pmf"][2], softmax(new))
 
 
 # ------------------------------------------------------------------ warm start

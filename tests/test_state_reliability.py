@@ -217,8 +217,9 @@ def test_a_restored_wrapper_continues_bit_identically(cls):
     b = _wrapper(cls, 20)
     b.load_state_dict(_copy(a.state_dict()))
     agent_a, agent_b = UniformRandom(a, seed=7), UniformRandom(b, seed=7)
-    obs_a = a.unwrapped.checkpoint()
-    b.unwrapped.restore(obs_a)
+    base_a, base_b = a.unwrapped, b.unwrapped  # b's bandit where a's is
+    base_b.np_random.bit_generator.state = base_a.np_random.bit_generator.state
+    base_b._context, base_b._expected = base_a._context, base_a._expected
     oa = ob = a.state_dict()["obs"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -365,15 +366,22 @@ def _patched_env(reward_scale=1.0, obs_scale=1.0):
 
 @pytest.mark.parametrize("cls", [ParameterInference, ValueInference])
 @pytest.mark.parametrize("rounds", [12, 45], ids=["in-warm-start", "after-warm-start"])
-def test_a_wrapper_refuses_an_absurd_reward_before_anything_changes(cls, rounds):
+def test_a_wrapper_refuses_an_absurd_reward_and_no_core_changes(cls, rounds):
+    # The reward is known only after the environment stepped: the round is refused, with a
+    # note naming it, every part of the inference is as it was, and the wrapper goes on
+    # from the context the environment returned.
     env, scales = _patched_env()
     w = _wrapper(cls, rounds, env=env)
     obs = w.state_dict()["obs"]
     before = _copy(w.state_dict())
     scales["reward"] = 1e300
-    with pytest.raises(ValueError, match=r"reward must have .*magnitude <= MAX_MAGNITUDE"):
+    with pytest.raises(ValueError, match=r"reward must have .*magnitude <= MAX_MAGNITUDE") as err:
         w.step(UniformRandom(w, seed=0).act(obs))
-    _assert_same(before, w.state_dict())
+    assert any(f"round {rounds + 1}" in note for note in err.value.__notes__)
+    after = w.state_dict()
+    assert not np.array_equal(after.pop("obs"), before.pop("obs"))  # the env stepped
+    _assert_same(before, after)
+    obs = w.state_dict()["obs"]
     scales["reward"] = 1.0
     agent = UniformRandom(w, seed=0)
     with warnings.catch_warnings():
@@ -516,10 +524,10 @@ def test_the_feed_refuses_an_overflowing_round_before_writing_on_either_engine(n
         assert np.isfinite(core.S2).all() and np.isfinite(core.sigma2).all()
 
 
-def test_a_wrapper_refuses_an_overflowing_round_before_any_layer_commits():
+def test_a_wrapper_refuses_an_overflowing_round_and_no_core_changes():
     # The agent's estimate is of order 1e60 and the contexts of 1e100: each admissible, the
-    # prediction's square is not.  The round is refused while the step is prepared, so the
-    # wrapper and the bandit are as they were.
+    # prediction's square is not.  The round is refused while it is staged, after the
+    # bandit stepped: the inference is as it was.
     env, scales = _patched_env()
     M = 1e60 * np.random.default_rng(0).standard_normal((K, D1, D2))
     with warnings.catch_warnings():
@@ -532,11 +540,12 @@ def test_a_wrapper_refuses_an_overflowing_round_before_any_layer_commits():
         w.step(decision)
     scales["obs"] = 1e100
     w.step(decision)  # returns the 1e100 context
-    before, bandit = _copy(w.state_dict()), w.unwrapped.checkpoint()
+    before = _copy(w.state_dict())
     with pytest.raises(ValueError, match=r"the round cannot be absorbed"):
         w.step(decision)
-    _assert_same(before, w.state_dict())
-    _assert_same(_copy(bandit), _copy(w.unwrapped.checkpoint()))
+    after = w.state_dict()
+    after.pop("obs"), before.pop("obs")
+    _assert_same(before, after)
 
 
 def test_a_wrapper_whose_core_has_no_validate_state_dict_still_restores():
@@ -610,10 +619,13 @@ def test_float32_recorder_refuses_a_context_it_cannot_hold_before_recording():
     rec.reset()
     decision = Decision(0, np.array([0.5, 0.5]))
     rec.step(decision)
-    with pytest.raises(ValueError, match=r"float32.*1e\+39.*dtype=np.float64"):
+    with pytest.raises(ValueError, match=r"float32.*1e\+39.*dtype=np.float64") as err:
         rec.step(decision)  # returns the context of row 2
-    assert rec.n_rounds == 1 and rec.env.unwrapped.row == 1  # nothing recorded, put back
+    assert "reset() is needed" in err.value.__notes__[0]
+    assert rec.n_rounds == 1 and rec.env.unwrapped.row == 2  # the env stepped, unrecorded
     assert np.isfinite(rec.to_log()["context"]).all()
+    with pytest.raises(RuntimeError, match="reset"):
+        rec.step(decision)  # no context to pair the next round with
     with pytest.raises(ValueError, match="float32"):
         RecordRounds(LogReplayEnv(_replay_log(0)), dtype=np.float32).reset()
 

@@ -289,7 +289,7 @@ def test_diagnostics_count_small_propensity_warnings_and_the_quiet_trials_covera
     others, from the per-trial intervals."""
     import dataclasses
 
-    from inference.wrapper_base import SMALL_PROPENSITY
+    from inference.round_check import SMALL_PROPENSITY
 
     result = validate(
         TINY, policy_kwargs={"epsilon": 0.1}, targets="entry", n=(60,), trials=16,

@@ -300,7 +300,7 @@ def test_save_and_resume_give_bit_identical_intervals():
     base = env_b.unwrapped
     base.np_random.bit_generator.state = state["env"]
     base._expected, base._context = state["expected"], state["context"]
-    obs_b = wb.env._obs
+    obs_b = wb.host.round_check.obs
     play(wb, agent_b, obs_b, 150)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -367,23 +367,26 @@ def test_to_frame_covers_every_wrapper_of_the_stack():
     assert list(params.to_frame(0.9)["quantity"]) == labels
 
 
-def test_inner_wrapper_reuses_the_outer_check_only_for_the_same_objects():
-    """The inference wrapper below another takes over its check of this step's action and
-    context; it still checks for itself what the outer one did not vouch for."""
+def test_stacked_wrappers_join_one_host_that_checks_each_round_once():
+    """A preset wrapped in another adds its tracker to the innermost, which checks each
+    round once for both; a propensity_fn given to either serves the stack."""
     env = make_env()
     uniform = np.full(2, 0.5)
     inner = ParameterInference(env, {"T": np.eye(D1, D2)}, rank=R, warm_start=5)
     outer = ValueInference(inner, propensity_fn=lambda obs: uniform)
+    assert outer.host is inner and inner.host is inner
+    assert outer.estimator is inner.estimator and not outer.owns_estimator
     outer.reset(seed=0)
-    # The outer wrapper can resolve a bare action, the inner one cannot: it must refuse it
-    # itself, and nothing may have changed in either wrapper.
-    with pytest.raises(ValueError, match="propensity"):
-        outer.step(0)
-    assert inner.rounds_seen == 0 and outer.rounds_seen == 0
-    # A Decision carries its propensities: both wrappers see the round once.
-    outer.step(Decision(1, uniform))
+    outer.step(0)  # the outer wrapper's propensity_fn resolves the bare action for both
     assert inner.rounds_seen == 1 and outer.rounds_seen == 1
-    # A bad decision is refused by the outer wrapper before the inner one is reached.
+    inner.step(Decision(1, uniform))  # stepping the host feeds the joined tracker too
+    assert inner.rounds_seen == 2 and outer.rounds_seen == 2
+    # A bad decision is refused before the environment steps: nothing changes anywhere.
+    generator = env.unwrapped.np_random.bit_generator.state
     with pytest.raises(ValueError, match="sum to 1"):
         outer.step(Decision(1, np.array([0.9, 0.9])))
-    assert inner.rounds_seen == 1 and outer.rounds_seen == 1
+    assert inner.rounds_seen == 2 and outer.rounds_seen == 2
+    assert env.unwrapped.np_random.bit_generator.state == generator
+    # Two different propensity functions for one stack are refused at construction.
+    with pytest.raises(ValueError, match="different propensity_fn"):
+        ValueInference(outer, propensity_fn=lambda obs: uniform)

@@ -73,7 +73,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "value_uniform_propensities",
         "the value wrapper feeds the V* core uniform propensities instead of the policy's",
-        "inference/value_wrappers.py",
+        "inference/value_tracker.py",
         "self.core.update(predictions, round_)",
         "props = round_.propensities\n"
         "        uniform = np.full_like(props, 1.0 / props.shape[-1])\n"
@@ -83,8 +83,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "own_warm_start_unweighted",
         "the wrappers' own warm start ignores the 1/pi weights",
-        "inference/wrapper_base.py",
-        "weights = 1.0 / props[np.arange(props.shape[0]), actions]",
+        "inference/own_estimator.py",
+        "weights = 1.0 / props[np.arange(props.shape[0]), round_.actions]",
         "weights = np.ones(props.shape[0])",
         ("tests/test_mutants.py", "tests/test_wrappers.py", "tests/test_warm_start.py"),
     ),
@@ -221,11 +221,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_seeded_slips.py", "tests/test_logs.py"),
     ),
     Mutant(
-        "restore_keeps_the_last_obs",
-        "RecordRounds.restore leaves the observation propensity_fn reads at the undone round",
+        "refused_round_keeps_the_old_context",
+        "after a round it refuses, RecordRounds pairs the next round with the old context",
         "lrbandit_gym/logs/recorder.py",
-        "self.n_rounds, self._has_obs, self._last_obs, self._resetting = checkpoint",
-        "self.n_rounds, self._has_obs, _, self._resetting = checkpoint",
+        "                self._store_obs(obs)\n                self._last_obs = obs\n",
+        "                pass\n",
         ("tests/test_seeded_slips.py", "tests/test_logs.py"),
     ),
     Mutant(

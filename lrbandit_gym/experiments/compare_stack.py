@@ -4,8 +4,9 @@
 Three wrappers stack over the trial env: :class:`~inference.ParameterInference` (every
 ``<M_a, T>``), :class:`~inference.ValueInference` (``V*``) and on top
 :class:`~inference.PolicyEvaluation`, the values of the fixed target policies of
-:mod:`lrbandit_gym.experiments.policy_targets` (docs/method.md §9).  They step all or
-nothing (:mod:`inference.stack_step`), so a refused round changes none of them.
+:mod:`lrbandit_gym.experiments.policy_targets` (docs/method.md §9).  The innermost hosts the
+round for all three (:mod:`inference.inference_wrapper`), so a refused round changes none
+of them.
 
 A round the wrappers refuse ends inference for the chunk of trials while the agent plays
 on.  A target policy that the agent's propensities cannot support (the uniform target under
@@ -122,10 +123,8 @@ class TrajectoryInference:
         """Step through the wrappers; if they refuse the round, through the bare env.
 
         A target policy refused before the bare env stepped ends only the target policies'
-        inference: the round goes through the two wrappers below.  A refusal may come after
-        the bare env stepped: then its result stands, unless the wrappers returned the env
-        to its state before the step (their all-or-nothing steps do so where the env can
-        restore itself), which its generator's state tells.
+        inference: the round goes on for the two wrappers below.  A refusal after the bare
+        env stepped ends the inference of the chunk, and the step's result stands.
         """
         if self.policies_alive:
             before, state = self.base.steps, self._generator_state()
@@ -136,6 +135,7 @@ class TrajectoryInference:
                 if self.base.steps != before:
                     return self._refused(exc, before, state, action)
                 self.policy_reason, self.policy_refused_at = str(exc), before
+                self.policies.host.remove_tracker(self.policies.tracker)
                 if calls is not None and self.propensity_fn.calls != calls:
                     self.propensity_fn.repeat_last()
         if self.alive:

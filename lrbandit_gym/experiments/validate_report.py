@@ -20,8 +20,8 @@ import numpy as np
 from scipy import stats
 
 from inference.played_regret import WARN_RATIO
+from inference.round_check import SMALL_PROPENSITY
 from inference.weight_share import DESIGN_SHARE_LIMIT, SHARE_LIMIT
-from inference.wrapper_base import SMALL_PROPENSITY
 from lrbandit_gym.experiments.coverage import format_coverage
 
 __all__ = [
@@ -431,7 +431,7 @@ class ValidationResult:
 
     def _small_propensity_line(self, chosen: np.ndarray) -> str:
         """How many trials raised :class:`~inference.SmallPropensityWarning` (a chosen arm's
-        propensity below :data:`~inference.wrapper_base.SMALL_PROPENSITY`) and how the
+        propensity below :data:`~inference.round_check.SMALL_PROPENSITY`) and how the
         parameter intervals of the others covered: an interval either covers or says it may
         not."""
         small = chosen < SMALL_PROPENSITY

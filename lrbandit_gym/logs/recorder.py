@@ -7,11 +7,10 @@ context acted on, the action, the reward, the logging policy's pmf (from the
 values of ``info`` under the ``oracle_`` prefix.  ``to_log()`` returns the log, ``save()``
 writes it.
 
-They stack with the inference wrappers and with Gymnasium's own in either order.  Below an
-inference wrapper, a round the wrapper refuses after the inner step is taken back
-(:meth:`RecordRounds.checkpoint` and :meth:`RecordRounds.restore`, the protocol the
-inference wrappers use to undo a refused step), so the log holds exactly the rounds the
-inference absorbed.
+They stack with the inference wrappers and with Gymnasium's own in either order.  The log
+holds every round the environment played: below an inference wrapper, a round the wrapper
+refuses after the inner step (a diverging step of its estimator) is recorded, since it was
+played, though no inference absorbed it.
 
 A step that resets the environment is not a round: its action is ignored and its reward is
 0.  Gymnasium's ``Autoreset`` below :class:`RecordRounds`, and a vector env with
@@ -298,18 +297,16 @@ class _Recorder:
         """Step the inner env with ``action`` unchanged and record the round.
 
         The action and the propensities are checked before the inner step; a reward that is
-        not finite, or a next context the float32 storage cannot hold, is refused after it
-        (the round is not recorded, and the bandit is put back with its ``restore`` when it
-        has one).  A step that resets the environment (the module docstring) is passed
-        through unrecorded.
+        not finite, or a next context the float32 storage cannot hold, is refused after it:
+        the environment has stepped, the round is not recorded, and recording goes on from
+        the context the step returned.  A step that resets the environment (the module
+        docstring) is passed through unrecorded.
         """
         if not self._has_obs:
             raise RuntimeError("Call reset() before step().")
         if self._next_is_reset():
             return self._skip_reset(action)
         actions, pmf, chosen = self._resolve(action)
-        base = self.env.unwrapped
-        checkpoint = base.checkpoint() if hasattr(base, "checkpoint") else None
         obs, reward, terminated, truncated, info = self.env.step(action)
         try:
             rewards = np.asarray(reward, dtype=np.float64).reshape(self._B)
@@ -321,9 +318,17 @@ class _Recorder:
                 )
             oracle = self._oracle(info)
             self._check_fits(obs)
-        except BaseException:
-            if checkpoint is not None:
-                base.restore(checkpoint)
+        except Exception as exc:
+            note = f"{type(self).__name__}: the environment has stepped; the round is not recorded"
+            try:
+                self._check_fits(obs)
+            except ValueError:  # the next round's context cannot be stored either
+                self._has_obs = False
+                note += ", and reset() is needed to record more"
+            else:
+                self._store_obs(obs)
+                self._last_obs = obs
+            exc.add_note(note)
             raise
         row = self.n_rounds
         cols = self._cols
@@ -339,16 +344,6 @@ class _Recorder:
         if self._resetting is not None:
             self._resetting = np.logical_or(terminated, truncated).reshape(self._B)
         return obs, reward, terminated, truncated, info
-
-    # ------------------------------------------------------------------- undo a step
-    def checkpoint(self) -> tuple:
-        """What :meth:`restore` needs to take back the rounds recorded after this call."""
-        return (self.n_rounds, self._has_obs, self._last_obs, self._resetting)
-
-    def restore(self, checkpoint: tuple) -> None:
-        """Forget the rounds recorded since :meth:`checkpoint` (an inference wrapper above
-        calls it when it refuses a round after the inner step)."""
-        self.n_rounds, self._has_obs, self._last_obs, self._resetting = checkpoint
 
     # ------------------------------------------------------------------------ output
     def to_log(self, trial: int = 0) -> dict[str, np.ndarray]:

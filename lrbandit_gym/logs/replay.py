@@ -32,8 +32,7 @@ class LogReplayEnv(gym.Env):
     come as the log stores them: ``(d1, d2)`` matrices, or for ``context_index`` logs the
     int64 pair ``(j, k)`` (the ``observation="index"`` form of ``MatrixContextBandit-v0``).
     ``info`` holds the row's oracle columns, if the log has them, under their simulator
-    names.  ``checkpoint()`` and ``restore()`` let the inference wrappers undo a refused
-    step.
+    names.
 
     Parameters
     ----------
@@ -118,11 +117,3 @@ class LogReplayEnv(gym.Env):
         self.row = t + 1
         truncated = self.row >= self.n_rounds
         return self._obs(self.row), reward, False, truncated, info
-
-    def checkpoint(self) -> int | None:
-        """The current row (what :meth:`restore` needs to undo later steps)."""
-        return self.row
-
-    def restore(self, checkpoint: int | None) -> None:
-        """Return to a :meth:`checkpoint`."""
-        self.row = checkpoint

@@ -97,7 +97,7 @@ def test_recorder_refuses_a_bare_action_before_the_step():
     assert env.to_log()["propensity"].tolist() == [0.5]
 
 
-def test_a_round_refused_above_is_taken_back():
+def test_a_round_refused_above_is_recorded_as_played():
     base = gym.make("MatrixContextBandit-v0", d1=D1, d2=D2, rank=1)
     rec = RecordRounds(base)
     params = ParameterInference(
@@ -108,11 +108,11 @@ def test_a_round_refused_above_is_taken_back():
     for _ in range(4):
         params.step(Decision(0, pmf))
     with pytest.raises(ValueError, match="reward must be finite"):
-        params.step(Decision(1, pmf))
-    assert rec.n_rounds == 4
-    params.step(Decision(1, pmf))  # the same round again, now absorbed
+        params.step(Decision(1, pmf))  # the recorder below saw the bandit's finite reward
+    assert rec.n_rounds == 5 and params.rounds_seen == 4  # played, not absorbed
+    params.step(Decision(0, pmf))  # the next round, absorbed
     log = rec.to_log()
-    assert rec.n_rounds == 5 and log["action"].tolist() == [0, 0, 0, 0, 1]
+    assert rec.n_rounds == 6 and log["action"].tolist() == [0, 0, 0, 0, 1, 0]
     assert params.rounds_seen == 5
 
 

@@ -7,7 +7,8 @@ factorisation (``U^T U = V^T V = D`` diagonal): eq. (8), in
 :meth:`LowRankSGD.propose_step`.  Taking the step from the balanced factors is exactly the
 renormalised update of eq. (8) (top-r SVD of ``U V^T`` before the step); by Lemma 2.1 the
 balancing needs only r x r eigen/singular value decompositions instead of a d1 x d2 SVD
-(docs/method.md §3).
+(docs/method.md §3).  :func:`sgd_step_reference` below is that round in plain numpy, which
+the tests compare with the fast path.
 
 Implementation notes
 --------------------
@@ -49,7 +50,14 @@ from agents.balancing import balance
 from agents.divergence import DIVERGENCE_FACTOR
 from agents.estimator_factors import FactorStore, ProposedStep, PulledArms
 from agents.estimator_state import EstimatorPersistence
-from agents.step_size import continuing_gain, normalized_step, resolve_step, schedule
+from agents.step_size import (
+    DEFAULT_STEP_GAIN,
+    NUCLEAR_NORM_FLOOR,
+    continuing_gain,
+    normalized_step,
+    resolve_step,
+    schedule,
+)
 from lrbandit_gym import engine
 from lrbandit_gym.input_checks import (
     check_actions,
@@ -63,10 +71,37 @@ from lrbandit_gym.input_checks import (
 from lrbandit_gym.onehot import OneHotContexts
 from lrbandit_gym.rounds import Round
 
-__all__ = ["DIVERGENCE_FACTOR", "LowRankSGD", "ProposedStep", "PulledArms"]
+__all__ = ["DIVERGENCE_FACTOR", "LowRankSGD", "ProposedStep", "PulledArms", "sgd_step_reference"]
 
 _CONTEXTS = ("gaussian", "completion")
 _PROPENSITIES = ("known", "unknown")
+
+
+def sgd_step_reference(M, X, y, a, p, t, rank, *, c=1.0, n0=0, v_bar=0.0):
+    """One round of Algorithm 1 in plain numpy: the step of eq. (8) for the pulled arm ``a``.
+
+    ``M`` (K, d1, d2): the estimates before round ``t`` (from 1); ``X`` (d1, d2), reward
+    ``y``, ``p = π_t(a)``; ``c = 1`` (Gaussian contexts) or ``d1 d2`` (completion; no other
+    law enters the step, ``ContextLaw.whiten`` only Algorithm 2's correction).  The step size
+    is :class:`LowRankSGD`'s default, the scale-free ``η = g (t*/max(t, t*))^α / ((d1 + d2)
+    ν_a)`` with ``ν_a`` the nuclear norm of ``M̂_a`` (floored at 0.1 of the largest arm's),
+    after a warm start of ``n0`` rounds capped by :func:`~agents.step_size.continuing_gain`
+    (``v_bar``: the mean of ``1{a_s=a}/π_s(a)²`` over rounds ``s <= t``).  Returns the new
+    estimates and ``y − <M̂_a, X>``; :meth:`LowRankSGD.propose_step` is the fast path.
+    """
+    K, d1, d2 = M.shape
+    W, s, Zt = np.linalg.svd(M[a])  # eq. (8) steps from the top-r SVD form W D^½, Z D^½
+    U, V = W[:, :rank] * np.sqrt(s[:rank]), Zt[:rank].T * np.sqrt(s[:rank])
+    nu = np.linalg.svd(M, compute_uv=False)[:, :rank].sum(axis=1)  # nuclear norms
+    gain = DEFAULT_STEP_GAIN * (300 / max(t, 300)) ** 0.99  # t* = 300, α = 0.99
+    if n0:
+        gain = min(gain, (d1 + d2) * rank / (n0 * v_bar / K + t))
+    eta = gain / ((d1 + d2) * max(nu[a], NUCLEAR_NORM_FLOOR * nu.max()))
+    res = y - np.sum(M[a] * X)  # y_t − <M̂_a, X_t>
+    step = eta * c / p * res  # η_t c w_t res_t with w_t = 1/π_t(a_t)
+    out = M.copy()
+    out[a] = (U + step * X @ V) @ (V + step * X.T @ U).T  # U + η c w res X V, V + … Xᵀ U
+    return out, res
 
 
 class LowRankSGD(EstimatorPersistence, FactorStore):
@@ -267,13 +302,6 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
             sched = np.minimum(sched, cap / self.step_gain)
         eta = normalized_step(self.step_gain, sched, self._sv, a, self.d1, self.d2)
         return eta * self.c / propensities[self._trials, a] if known else eta * self.c
-
-    def _require_init(self, what: str) -> None:
-        if not self._initialized:
-            raise RuntimeError(
-                f"LowRankSGD.{what} called before initialization: call initialize(M_init) "
-                "first (e.g. with agents.warm_start.nuclear_norm_fit) or use a warm start."
-            )
 
     # ------------------------------------------------------------------ initialisation
     def initialize(self, M_init: Any, *, prior_rounds: int = 0) -> None:
@@ -553,30 +581,6 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         self._require_init("predict")
         Xb, fp = self.check_context(X)
         return self._out(self.predict_checked(Xb, fp))
-
-    @property
-    def estimates(self) -> np.ndarray:
-        """Current estimates ``M_hat_a = U_a V_a^T``: ``(K, d1, d2)`` or ``(B, K, d1, d2)``."""
-        self._require_init("estimates")
-        return self._out(np.matmul(self._U, self._V.swapaxes(-1, -2)))
-
-    def subspaces(self) -> tuple[np.ndarray, np.ndarray]:
-        """Orthonormal bases of the column and row spaces of each estimate.
-
-        From the balanced form, ``Q_U = U D^{-1/2}`` and ``Q_V = V D^{-1/2}`` (r x r work;
-        the projections ``P_U = Q_U Q_U^T`` of Section 3 follow).  A zero singular value
-        gives a zero column.
-
-        Returns
-        -------
-        Q_U : ndarray of shape (K, d1, r) or (B, K, d1, r)
-        Q_V : ndarray of shape (K, d2, r) or (B, K, d2, r)
-        """
-        self._require_init("subspaces")
-        sv = self._sv
-        ok = sv > 0
-        inv_root = np.where(ok, 1.0 / np.sqrt(np.where(ok, sv, 1.0)), 0.0)[..., None, :]
-        return self._out(self._U * inv_root), self._out(self._V * inv_root)
 
     def __repr__(self) -> str:
         batch = "" if self.n_trials is None else f", n_trials={self.n_trials}"

@@ -16,6 +16,7 @@ or writes it without being part of the algorithm's arithmetic:
   per (trial, arm) :attr:`FactorStore.arm_versions`, with read-only views
   (:attr:`FactorStore.batched_factors`) and gathers (:meth:`FactorStore.arm_factors`) for
   callers that keep copies;
+* the read-outs of the factors (:attr:`FactorStore.estimates`, :meth:`FactorStore.subspaces`);
 * the second half of the two-phase step: :meth:`FactorStore.commit_step` writes a
   :class:`ProposedStep` computed (and checked) by
   :meth:`agents.estimator.LowRankSGD.propose_step`, so a failed check leaves the state as
@@ -331,6 +332,38 @@ class FactorStore:
         """
         U, V, XV, XtU = self._product_cache.pulled(Xb, actions, self._U, self._V, fingerprint)
         return PulledArms(U, V, XV, XtU, self._sv[self._trials, actions])
+
+    # ------------------------------------------------------------------ read-outs
+    def _require_init(self, what: str) -> None:
+        if not self._initialized:
+            raise RuntimeError(
+                f"LowRankSGD.{what} called before initialization: call initialize(M_init) "
+                "first (e.g. with agents.warm_start.nuclear_norm_fit) or use a warm start."
+            )
+
+    @property
+    def estimates(self) -> np.ndarray:
+        """Current estimates ``M_hat_a = U_a V_a^T``: ``(K, d1, d2)`` or ``(B, K, d1, d2)``."""
+        self._require_init("estimates")
+        return self._out(np.matmul(self._U, self._V.swapaxes(-1, -2)))
+
+    def subspaces(self) -> tuple[np.ndarray, np.ndarray]:
+        """Orthonormal bases of the column and row spaces of each estimate.
+
+        From the balanced form, ``Q_U = U D^{-1/2}`` and ``Q_V = V D^{-1/2}`` (r x r work;
+        the projections ``P_U = Q_U Q_U^T`` of Section 3 follow).  A zero singular value
+        gives a zero column.
+
+        Returns
+        -------
+        Q_U : ndarray of shape (K, d1, r) or (B, K, d1, r)
+        Q_V : ndarray of shape (K, d2, r) or (B, K, d2, r)
+        """
+        self._require_init("subspaces")
+        sv = self._sv
+        ok = sv > 0
+        inv_root = np.where(ok, 1.0 / np.sqrt(np.where(ok, sv, 1.0)), 0.0)[..., None, :]
+        return self._out(self._U * inv_root), self._out(self._V * inv_root)
 
     # ------------------------------------------------------------------ the write of a step
     def commit_step(self, proposed: ProposedStep) -> np.ndarray:

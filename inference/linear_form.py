@@ -13,6 +13,10 @@ Algorithms 2-3 of the paper (docs/method.md §4).  Per round ``t`` and arm ``i``
     interval     m̂_i ± z·σ̂_i·Ŝ_i/√n                             eq. (15)
     difference   (m̂_a − m̂_b) ± z·√((σ̂²_a·Ŝ²_a + σ̂²_b·Ŝ²_b)/n)   Corollary 3.3
 
+:func:`debiased_sums_reference` below computes Algorithm 2's sums in plain numpy from a list
+of rounds, and :func:`inference.linear_form_readout.readout_reference` Algorithm 3's interval
+from them; the tests compare both with the fast path.
+
 Everything is a running sum: memory is ``O(K d1 d2)`` per trial and the per-round cost does
 not grow with the number of rounds.  :class:`LinearFormCore` holds the configuration and
 the sums and is assembled from three halves, one module each:
@@ -58,7 +62,7 @@ from lrbandit_gym.input_checks import (
 )
 from lrbandit_gym.rounds import Round
 
-__all__ = ["LinearFormCore", "LinearFormInference"]
+__all__ = ["LinearFormCore", "LinearFormInference", "debiased_sums_reference"]
 
 _CONTEXTS = ("gaussian", "completion")
 _PROJECTIONS = ("tangent", "paper")
@@ -68,6 +72,33 @@ _POINT_ESTIMATES = ("one-step", "projection")
 # the low-rank estimate itself).  A study that cannot tell them from the real procedure
 # has no power to certify it.
 _ABLATIONS = (None, "no_ipw", "no_debias")
+
+
+def debiased_sums_reference(
+    X, actions, rewards, propensities, M_before, targets, rank, *, c=1.0, projection="tangent"
+):
+    """Algorithm 2 in plain numpy: the running sums :class:`LinearFormInference` keeps.
+
+    ``X`` (n, d1, d2), ``actions`` (n,), ``rewards`` (n,), ``propensities`` (n, K): the rounds;
+    ``M_before`` (n, K, d1, d2): the estimates *before* each round's step; ``targets``
+    (n_T, d1, d2); ``c = 1`` (Gaussian contexts) or ``d1 d2`` (completion).  Under another
+    context law ``c·X_t`` in the correction and in ``<G_t, ·>`` is ``ContextLaw.whiten(X_t)``
+    (and the standard error the robust one).  Returns ``Σ_t M̃_{i,t}`` (K, d1, d2), ``n σ̂²``
+    (K,) and ``n Ŝ²`` (K, n_T); :meth:`LinearFormInference.propose` and ``commit`` are the
+    fast path, :func:`inference.linear_form_readout.readout_reference` reads them out.
+    """
+    M_sum = M_before.sum(axis=0)  # Σ_t M̂_{i,t−1}
+    sigma_sum, S2_sum = np.zeros(M_sum.shape[0]), np.zeros((M_sum.shape[0], len(targets)))
+    for Xt, a, y, p, M in zip(X, actions, rewards, propensities, M_before, strict=True):
+        w, res = 1.0 / p[a], y - np.sum(M[a] * Xt)  # w_t = 1/π_t(a_t), res_t = y_t − <M̂, X_t>
+        M_sum[a] += c * w * res * Xt  # M̃_{a,t} = M̂ + c·1{a_t=a}/π_t(a)·res_t·X_t, eq. (11)
+        sigma_sum[a] += w * res**2  # eq. (13)
+        W, _, Zt = np.linalg.svd(M[a])
+        P_U, P_V = W[:, :rank] @ W[:, :rank].T, Zt[:rank].T @ Zt[:rank]
+        for k, T in enumerate(targets):  # G_t = T − P_U⊥ T P_V⊥, or eq. (14)'s P_U⊥TP_V + P_UTP_V⊥
+            G = P_U @ T + T @ P_V - (1 if projection == "tangent" else 2) * P_U @ T @ P_V
+            S2_sum[a, k] += (c * w * np.sum(G * Xt)) ** 2  # eq. (14)
+    return M_sum, sigma_sum, S2_sum
 
 
 class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):

@@ -11,11 +11,15 @@ sums of :mod:`inference.linear_form_round`::
     Ŝ²_i       = (1/n) Σ_t 1{a_t=i}/π_t(i)²·c²·<G_t, X_t>²       eq. (14)
     interval     m̂_i ± z·σ̂_i·Ŝ_i/√n                             eq. (15)
     difference   (m̂_a − m̂_b) ± z·√((σ̂²_a·Ŝ²_a + σ̂²_b·Ŝ²_b)/n)   Corollary 3.3
+
+:func:`readout_reference` below is the interval in plain numpy, from the sums of
+:func:`inference.linear_form.debiased_sums_reference`.
 """
 
 from __future__ import annotations
 
 import warnings
+from statistics import NormalDist
 
 import numpy as np
 
@@ -32,7 +36,32 @@ from inference.weight_share import warn_heavy_rounds
 from lrbandit_gym.context_law import CONDITION_LIMIT
 from lrbandit_gym.input_checks import check_arm, check_confidence_level, check_target_name
 
-__all__ = ["LinearFormReadout"]
+__all__ = ["LinearFormReadout", "readout_reference"]
+
+
+def readout_reference(
+    M_sum, sigma_sum, S2_sum, n, M_hat, T, rank, *, level=0.95, point_estimate="one-step"
+):
+    """Algorithm 3 in plain numpy: ``m̂``, its standard error and interval for ``<M_i, T>``.
+
+    From one arm's sums of :func:`inference.linear_form.debiased_sums_reference` (``Σ_t
+    M̃`` (d1, d2), ``n σ̂²``, ``n Ŝ²`` for the target ``T``) after ``n`` rounds, and ``M̂``
+    the arm's estimate before the last round (of rank ``r``).  Under another context law
+    the standard error is the robust one instead of ``σ̂Ŝ/√n``.  Returns
+    ``(m̂, se, low, high)``; :meth:`LinearFormReadout.interval` is the fast path.
+    """
+    M_unbs = M_sum / n  # eq. (11)
+    if point_estimate == "projection":  # <M^proj, T>: the rank-r truncation, eq. (12)
+        W, s, Zt = np.linalg.svd(M_unbs)
+        point = (W[:, :rank] * s[:rank]) @ Zt[:rank]
+    else:  # one-step: M̂ + P_T̂(M^unbs − M̂), P_T̂ the tangent space at M̂ (method.md §4)
+        W, _, Zt = np.linalg.svd(M_hat)
+        P_U, P_V, E = W[:, :rank] @ W[:, :rank].T, Zt[:rank].T @ Zt[:rank], M_unbs - M_hat
+        point = M_hat + P_U @ E + E @ P_V - P_U @ E @ P_V
+    m_hat = np.sum(point * T)
+    se = np.sqrt(sigma_sum / n * S2_sum / n / n)  # σ̂·Ŝ/√n, eq. (15)
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    return m_hat, se, m_hat - z * se, m_hat + z * se
 
 
 class LinearFormReadout:

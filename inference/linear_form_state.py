@@ -87,11 +87,7 @@ class LinearFormPersistence:
         if not isinstance(state, Mapping):
             raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         mine = self.state_dict()
-        # The Lindeberg check's arrays are optional (weight_share: states saved before them).
-        required = {
-            k: v for k, v in mine.items() if not k.startswith(("weight_", "check_", "law_"))
-        }
-        check_config(state, required, (*self._CONFIG, "target_names"))
+        check_config(state, mine, (*self._CONFIG, "target_names"))
         try:
             same = np.array_equal(np.asarray(state["targets"], dtype=float), self._T)
         except (TypeError, ValueError):

@@ -88,8 +88,8 @@ class WeightShare:
         return {self._keys[0]: self._sum.copy(), self._keys[1]: self._max.copy()}
 
     def check_state(self, state: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Validated copies of ``state``'s two arrays, changing nothing; NaN arrays for a
-        state saved without them or after :meth:`forget` (the check then stays silent).
+        """Validated copies of ``state``'s two arrays, changing nothing (NaN throughout after
+        :meth:`forget`: the check then stays silent).
 
         Raises
         ------
@@ -97,12 +97,10 @@ class WeightShare:
             Naming the key whose array has the wrong shape, a negative or NaN entry (NaN is
             accepted only in both arrays throughout), or a maximum above the sum.
         """
-        if self._keys[0] not in state and self._keys[1] not in state:
-            return np.full_like(self._sum, np.nan), np.full_like(self._max, np.nan)
         arrays = []
         for key in self._keys:
             if key not in state:
-                raise ValueError(f"state has {key!r}'s partner but not {key!r}")
+                raise ValueError(f"state is missing key {key!r}")
             try:
                 arr = np.array(state[key], dtype=np.float64)
             except (TypeError, ValueError):

@@ -267,7 +267,7 @@ def table(rows: list[dict], n: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--n", type=int, default=4000)
     parser.add_argument("--start", choices=("fit", "truth"), default="fit")
     parser.add_argument("--settings", default="iid,ar1,digits")

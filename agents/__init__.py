@@ -10,7 +10,6 @@ from agents.forced_exploration import ForcedExploration
 from agents.low_rank import EpsilonGreedy, LowRankPolicy, Softmax
 from agents.sb3 import SB3Agent
 from agents.warm_start import (
-    DEFAULT_WARM_START_ROUNDS,
     CompletionWarmStartBuffer,
     StreamingWarmStart,
     WarmStart,
@@ -21,7 +20,6 @@ from agents.warm_start import (
 )
 
 __all__ = [
-    "DEFAULT_WARM_START_ROUNDS",
     "CompletionWarmStartBuffer",
     "Decision",
     "EnsembleSampling",

@@ -44,8 +44,7 @@ class LowRankPolicy(PolicyBase):
         Rounds of uniformly random exploration whose data fit ``M_init`` (eq. (10)); ignored
         when ``M_init`` is given.  Default: sized from the problem by
         :func:`agents.warm_start.default_warm_start_rounds` (2100 rounds at the paper's
-        d = 50, r = 3, K = 2; the paper's own 2000 is
-        :data:`agents.warm_start.DEFAULT_WARM_START_ROUNDS`), doubled up to 8 times while
+        d = 50, r = 3, K = 2; the paper's studies use its own 2000), doubled up to 8 times while
         the error is large against the differences between arms
         (:mod:`agents.warm_start.extension`; measuring it costs about one more fit;
         ``warm_start_rounds`` follows).  A length given here is kept exactly.

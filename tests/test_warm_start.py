@@ -34,8 +34,7 @@ def _truncate(M, r):
 
 
 def test_paper_setting_default_length_is_sigma_close():
-    """d=50, r=3, K=2, sigma=0.1, uniform actions, the paper's 2000 rounds
-    (2000, the paper's warm start)."""
+    """d=50, r=3, K=2, sigma=0.1, uniform actions, the paper's 2000 rounds."""
     truth, X, a, y = _problem(0, 2000, 50, 50, 3)
     X = X.astype(np.float32)  # as stored by WarmStartBuffer
     fit = nuclear_norm_fit(X, a, y, 2, rank=3, full_output=True)

@@ -15,16 +15,12 @@ import pytest
 from helpers import play, rank_r, small_env
 
 import lrbandit_gym  # noqa: F401  (registers the environment)
-from agents import (
-    Decision,
-    EpsilonGreedy,
-    LowRankPolicy,
-    Softmax,
-    default_warm_start_rounds,
-)
+from agents import Decision, EpsilonGreedy, Softmax
+from agents.low_rank import LowRankPolicy
 from agents.warm_start import (
     START_SCALE,
     WarmStartBuffer,
+    default_warm_start_rounds,
     initial_estimate,
     min_warm_start_pulls,
     nuclear_norm_fit,

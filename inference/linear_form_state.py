@@ -87,7 +87,7 @@ class LinearFormPersistence:
         if not isinstance(state, Mapping):
             raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         mine = self.state_dict()
-        # The Lindeberg check's arrays are optional (weight_share: states saved before them).
+        # The parts' arrays are checked by the parts, naming the key that fails.
         required = {
             k: v for k, v in mine.items() if not k.startswith(("weight_", "check_", "law_"))
         }

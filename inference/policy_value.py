@@ -406,9 +406,7 @@ class PolicyValueInference:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict` (validated first; a failure changes nothing)."""
         mine = self.state_dict()
-        # The Lindeberg check's arrays are optional (weight_share: states saved before them).
-        required = {k: v for k, v in mine.items() if not k.startswith("weight_")}
-        check_config(state, required, ("kind", "n_actions", "policies", "n_trials"))
+        check_config(state, mine, ("kind", "n_actions", "policies", "n_trials"))
         new = copy_arrays(state, mine, _SUMS)
         n = check_count(state["n"], "n")
         weights = self._weights.check_state(state)

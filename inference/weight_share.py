@@ -79,7 +79,7 @@ class WeightShare:
 
     def shares(self) -> np.ndarray:
         """``share_n`` of (L), ``(B, m)``: NaN before the first round and where the state
-        came from a version that did not keep it; 1 where a factor is infinite."""
+        was saved after :meth:`forget`; 1 where a factor is infinite."""
         with np.errstate(invalid="ignore", divide="ignore"):
             out = self._max / self._sum
         return np.where(np.isinf(self._max), 1.0, out)
@@ -89,20 +89,19 @@ class WeightShare:
 
     def check_state(self, state: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         """Validated copies of ``state``'s two arrays, changing nothing; NaN arrays for a
-        state saved without them or after :meth:`forget` (the check then stays silent).
+        state saved after :meth:`forget` (the check then stays silent).
 
         Raises
         ------
         ValueError
-            Naming the key whose array has the wrong shape, a negative or NaN entry (NaN is
-            accepted only in both arrays throughout), or a maximum above the sum.
+            Naming the key that is missing or whose array has the wrong shape, a negative or
+            NaN entry (NaN is accepted only in both arrays throughout), or a maximum above
+            the sum.
         """
-        if self._keys[0] not in state and self._keys[1] not in state:
-            return np.full_like(self._sum, np.nan), np.full_like(self._max, np.nan)
         arrays = []
         for key in self._keys:
             if key not in state:
-                raise ValueError(f"state has {key!r}'s partner but not {key!r}")
+                raise ValueError(f"state is missing key {key!r}")
             try:
                 arr = np.array(state[key], dtype=np.float64)
             except (TypeError, ValueError):

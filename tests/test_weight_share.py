@@ -1,6 +1,6 @@
 """The Lindeberg check (inference.weight_share): a read-out warns where one round holds over
 a tenth of its quantity's predictable variance, and only there; the running arrays survive
-a save and load, and a state saved without them loads and stays silent."""
+a save and load, and a state without them is refused."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_batched_warning_counts_the_trials():
         core.interval(1, "T")
 
 
-def test_state_round_trip_keeps_the_check_and_an_old_state_is_silent():
+def test_state_round_trip_keeps_the_check_and_a_state_without_it_is_refused():
     core = _play(_core(), rare_round=150)
     state = core.state_dict()
     assert {"weight_sum", "weight_max"} <= set(state)
@@ -88,13 +88,11 @@ def test_state_round_trip_keeps_the_check_and_an_old_state_is_silent():
     fresh.load_state_dict(state)
     with pytest.warns(SmallPropensityWarning):
         fresh.interval(1, "T")
-    old = {k: v for k, v in state.items() if not k.startswith("weight_")}
-    silent = _core()
-    silent.load_state_dict(old)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", SmallPropensityWarning)
-        assert np.isfinite(silent.interval(1, "T").low)
-    assert silent.interval(1, "T") == fresh.interval(1, "T")
+    value = PolicyValueInference(2, ["arm 0"]).state_dict()
+    for key in ("weight_sum", "weight_max"):
+        for core, saved in ((_core(), state), (PolicyValueInference(2, ["arm 0"]), value)):
+            with pytest.raises(ValueError, match=f"missing key.*'{key}'"):
+                core.load_state_dict({k: v for k, v in saved.items() if k != key})
 
 
 @pytest.mark.parametrize(

@@ -340,7 +340,7 @@ def split_fields(root: Path | None = None) -> list[str]:
                 out.append(
                     f"{rel}:{line}: writes self.{name}, a field of {where(rel, name, owned_by)}"
                 )
-    return sorted(set(out), key=lambda v: (v.split(":")[0], int(v.split(":")[1])))
+    return sorted(set(out), key=lambda v: (v.split(":")[0], int(v.split(":")[1]), v))
 
 
 def violations(root: Path | None = None) -> list[str]:

@@ -272,7 +272,7 @@ def run_settings(
         run.done[label] = trials if not isinstance(stopped, RunInterrupted) else stopped.done
         run.results[label] = result
         run.diagnostics[label] = study_diagnostics(config, result)
-        for r in study_rows(study, config, result):
+        for r in study_rows(config, result):
             method = r.pop("method", "ours")
             run.rows.append({"study": study, "setting": label, "method": method, **r})
         for r in summarize_uniform(result):

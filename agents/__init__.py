@@ -1,47 +1,33 @@
 """Agents for ``MatrixContextBandit-v0``: the online low-rank SGD estimator (Algorithm 1) and
 policies that report, with every action, the exact probability of every arm.
+
+The names here are the ones a user builds: the estimator, the policies (each returns a
+:class:`Decision`), the warm start and the stable-baselines3 agent.  The rest lives in
+its module's own ``__all__``: :mod:`agents.base` (``PolicyBase``, ``problem_shape``,
+``sample_actions``), :mod:`agents.low_rank` (``LowRankPolicy``), :mod:`agents.warm_start`
+(the stores, the fits, ``default_warm_start_rounds``), :mod:`agents.state` (saving).
 """
 
-from agents.base import Decision, Policy, PolicyBase, problem_shape, sample_actions
+from agents.base import Decision, Policy
 from agents.baselines import LinearEpsilonGreedy, Oracle, UniformRandom
 from agents.ensemble import EnsembleSampling
 from agents.estimator import LowRankSGD
 from agents.forced_exploration import ForcedExploration
-from agents.low_rank import EpsilonGreedy, LowRankPolicy, Softmax
+from agents.low_rank import EpsilonGreedy, Softmax
 from agents.sb3 import SB3Agent
-from agents.warm_start import (
-    DEFAULT_WARM_START_ROUNDS,
-    CompletionWarmStartBuffer,
-    StreamingWarmStart,
-    WarmStart,
-    WarmStartBuffer,
-    default_warm_start_rounds,
-    initial_estimate,
-    nuclear_norm_fit,
-)
+from agents.warm_start import WarmStart
 
 __all__ = [
-    "DEFAULT_WARM_START_ROUNDS",
-    "CompletionWarmStartBuffer",
     "Decision",
     "EnsembleSampling",
     "EpsilonGreedy",
     "ForcedExploration",
     "LinearEpsilonGreedy",
-    "LowRankPolicy",
     "LowRankSGD",
     "Oracle",
     "Policy",
-    "PolicyBase",
     "SB3Agent",
     "Softmax",
-    "StreamingWarmStart",
     "UniformRandom",
     "WarmStart",
-    "WarmStartBuffer",
-    "default_warm_start_rounds",
-    "initial_estimate",
-    "nuclear_norm_fit",
-    "problem_shape",
-    "sample_actions",
 ]

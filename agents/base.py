@@ -14,7 +14,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from agents.state import generator_state, generator_state_from, read_int
+from agents.state import (
+    FORMAT_VERSION,
+    check_format_version,
+    flat_part,
+    generator_state,
+    generator_state_from,
+    read_int,
+)
 from lrbandit_gym.decision import Decision, split_decision
 from lrbandit_gym.input_checks import check_actions, check_context, check_rewards
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like
@@ -233,21 +240,23 @@ class PolicyBase(ABC):
     def state_dict(self) -> dict[str, Any]:
         """Plain data that :meth:`load_state_dict` restores (the generator state included).
 
-        A flat dict (key scheme of :mod:`agents.state`): ``t`` and the generator state
-        ``rng.bit_generator``, ``rng.state``; subclasses add theirs.
+        A flat dict (key scheme of :mod:`agents.state`): ``format_version``, ``t`` and the
+        generator state ``rng.bit_generator``, ``rng.state``; subclasses add theirs.
         """
-        return {"t": int(self.t), **generator_state(self.rng)}
+        return {"format_version": FORMAT_VERSION, "t": int(self.t), **generator_state(self.rng)}
 
     def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Check a :meth:`state_dict` (or one saved before the flat layout), changing
-        nothing; returns what :meth:`load_state_dict` assigns.
+        """Check a :meth:`state_dict`, changing nothing; returns what :meth:`load_state_dict`
+        assigns.
 
         Raises
         ------
         ValueError
-            On a missing key or an invalid value (negative ``t``, an invalid generator
-            state, ...).
+            On a missing key or an invalid value (another ``format_version``, negative
+            ``t``, an invalid generator state, ...).
         """
+        check_format_version(state)
+        flat_part(state, "rng")  # refuses the generator held as a dict
         if "t" not in state:
             raise ValueError("state is missing key 't'")
         return {"t": read_int(state["t"], "state['t']"), "rng": generator_state_from(state)}

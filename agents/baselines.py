@@ -209,8 +209,7 @@ class LinearEpsilonGreedy(PolicyBase):
         return state
 
     def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Check a :meth:`state_dict` (also one saved before the flat layout, without the
-        configuration keys), changing nothing.
+        """Check a :meth:`state_dict`, changing nothing.
 
         Raises
         ------
@@ -220,7 +219,9 @@ class LinearEpsilonGreedy(PolicyBase):
         """
         checked = super().validate_state_dict(state)
         for key, value in self._config().items():
-            if key in state and not same_value(state[key], value):
+            if key not in state:
+                raise ValueError(f"state is missing key {key!r}")
+            if not same_value(state[key], value):
                 raise ValueError(
                     f"state[{key!r}] = {state[key]!r} does not match this policy's {value!r}"
                 )

@@ -544,8 +544,8 @@ class EnsembleSampling(PolicyBase):
         return state
 
     def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Check a :meth:`state_dict` (also as ``np.load`` returns it, or as saved before
-        the flat layout), changing nothing.
+        """Check a :meth:`state_dict` (also as ``np.load`` returns it), changing
+        nothing.
 
         Raises
         ------

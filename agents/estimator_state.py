@@ -1,12 +1,13 @@
 """Saving, checking and restoring the state of :class:`agents.estimator.LowRankSGD`.
 
-A state is a flat dict (:mod:`agents.state`): the estimator's configuration
-(:data:`CONFIG_KEYS`) and its arrays in the internal batched layout, so it round-trips
-through ``np.savez`` and ``np.load(allow_pickle=False)``.  Restoring checks everything
-first (:func:`validate_state`): the configuration must be the estimator's, every array
-must have its shape and dtype and finite entries, and the state must be one that
-Algorithm 1 (docs/method.md §3) can reach (balanced singular values in decreasing order,
-one arm moved per round, no factors before initialisation).  A state that fails a check
+A state is a flat dict (:mod:`agents.state`): its ``format_version``, the estimator's
+configuration (:data:`CONFIG_KEYS`) and its arrays (:data:`STATE_KEYS`) in the internal
+batched layout, so it round-trips through ``np.savez`` and ``np.load(allow_pickle=False)``.
+Restoring checks everything first (:func:`validate_state`): the format version and the
+configuration must be the estimator's, every array must have its shape and dtype and finite
+entries, and the state must be one that Algorithm 1 (docs/method.md §3) can reach (balanced
+singular values in decreasing order, one arm moved per round, no factors before
+initialisation).  A state that fails a check
 changes nothing.
 
 :class:`EstimatorPersistence`, a base class of the estimator, holds its
@@ -21,11 +22,17 @@ from typing import Any
 
 import numpy as np
 
-from agents.divergence import fixed_bound, initial_bound
-from agents.state import plain, read_bool, read_int, same_value
+from agents.state import (
+    FORMAT_VERSION,
+    check_format_version,
+    plain,
+    read_bool,
+    read_int,
+    same_value,
+)
 from lrbandit_gym.input_checks import check_finite
 
-__all__ = ["CONFIG_KEYS", "EstimatorPersistence"]
+__all__ = ["CONFIG_KEYS", "STATE_KEYS", "EstimatorPersistence"]
 
 #: The configuration keys of a state: the constructor's arguments (``n_trials`` stored as
 #: ``0`` for the unbatched API; ``step_scale`` as ``0.0`` for the scale-free step and
@@ -44,11 +51,18 @@ CONFIG_KEYS = (
     "step_gain",
 )
 
-
-def _with_step_gain(state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` with ``step_gain`` = 0.0 (the absolute step) when it was saved before the
-    scale-free step existed (every such state has an absolute ``step_scale``)."""
-    return state if "step_gain" in state else {**state, "step_gain": 0.0}
+#: The keys of a state besides ``format_version`` and the configuration.
+STATE_KEYS = (
+    "U",
+    "V",
+    "singular_values",
+    "counts",
+    "t",
+    "initialized",
+    "max_singular_value",
+    "prior_rounds",
+    "square_weight_sum",
+)
 
 
 class EstimatorPersistence:
@@ -84,8 +98,9 @@ class EstimatorPersistence:
         Returns
         -------
         dict
-            Configuration (``d1``, ``d2``, ``rank``, ``n_actions``, ``n_trials`` (``0`` for
-            unbatched), ``context``, ``step_scale``, ``step_offset``, ``step_decay``,
+            ``format_version`` (:data:`agents.state.FORMAT_VERSION`), the configuration
+            (``d1``, ``d2``, ``rank``, ``n_actions``, ``n_trials`` (``0`` for unbatched),
+            ``context``, ``step_scale``, ``step_offset``, ``step_decay``,
             ``propensities``, ``step_gain``) and state (``U``, ``V``, ``singular_values``
             ``(B, K, r)``, ``counts`` ``(B, K)`` int64, ``t``, ``initialized``,
             ``max_singular_value``: the divergence bound per trial, ``prior_rounds`` and
@@ -93,6 +108,7 @@ class EstimatorPersistence:
             internal batched layout.
         """
         return {
+            "format_version": FORMAT_VERSION,
             **self._config(),
             "U": self._U.copy(),
             "V": self._V.copy(),
@@ -108,10 +124,7 @@ class EstimatorPersistence:
     def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
         """Check a :meth:`state_dict` against this estimator, changing nothing.
 
-        Accepts what ``np.load`` returns for a saved state (scalars as 0-d arrays) and
-        states saved before ``max_singular_value`` was stored (the bound is then set as
-        :meth:`~agents.estimator.LowRankSGD.initialize` would set it from the loaded
-        singular values).
+        Accepts what ``np.load`` returns for a saved state (scalars as 0-d arrays).
 
         Returns
         -------
@@ -127,12 +140,8 @@ class EstimatorPersistence:
             singular value is negative or out of order, the counts do not add up to ``t``,
             or an uninitialised state holds factors.
         """
-        state = _with_step_gain(state)
-        missing = [
-            k
-            for k in (*CONFIG_KEYS, "U", "V", "singular_values", "counts", "t", "initialized")
-            if k not in state
-        ]
+        check_format_version(state)
+        missing = [k for k in (*CONFIG_KEYS, *STATE_KEYS) if k not in state]
         if missing:
             raise ValueError(f"state is missing keys {missing}")
         mine = self._config()
@@ -190,24 +199,17 @@ class EstimatorPersistence:
                 "state['initialized'] is False but the state holds factors or rounds "
                 f"(t = {t}): an uninitialised estimator has t = 0 and zero factors"
             )
-        setting = self.max_singular_value_setting
-        if "max_singular_value" in state:
-            bound = np.asarray(state["max_singular_value"])
-            if bound.shape != (B,) or bound.dtype != np.float64 or not (bound > 0).all():
-                raise ValueError(
-                    f"state['max_singular_value'] must be a positive float64 array of shape "
-                    f"{(B,)}, got {bound!r}"
-                )
-            bound = bound.copy()
-        elif initialized:
-            bound = initial_bound(sv, setting, B)
-        else:
-            bound = np.full(B, fixed_bound(setting))
-        # The step's warm-start cap (agents.step_size.continuing_gain); a state saved before
-        # it loads without the cap.
-        prior = read_int(state.get("prior_rounds", 0), "state['prior_rounds']")
+        bound = np.asarray(state["max_singular_value"])
+        if bound.shape != (B,) or bound.dtype != np.float64 or not (bound > 0).all():
+            raise ValueError(
+                f"state['max_singular_value'] must be a positive float64 array of shape "
+                f"{(B,)}, got {bound!r}"
+            )
+        bound = bound.copy()
+        # The step's warm-start cap (agents.step_size.continuing_gain).
+        prior = read_int(state["prior_rounds"], "state['prior_rounds']")
         try:
-            square = np.asarray(state.get("square_weight_sum", np.zeros((B, K))), dtype=float)
+            square = np.asarray(state["square_weight_sum"], dtype=float)
         except (TypeError, ValueError):
             square = np.full(1, np.nan)
         if square.shape != (B, K) or not (square >= 0).all():
@@ -261,7 +263,8 @@ class EstimatorPersistence:
         """
         try:
             n_trials = read_int(state["n_trials"], "state['n_trials']")
-            cfg = {k: plain(v) for k, v in _with_step_gain(state).items() if k in CONFIG_KEYS}
+            check_format_version(state)
+            cfg = {k: plain(v) for k, v in state.items() if k in CONFIG_KEYS}
             del cfg["n_trials"]
             # 0.0 stands for None (the parametrisation not in use).
             cfg["step_scale"] = float(cfg["step_scale"]) or None

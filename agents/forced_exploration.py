@@ -7,7 +7,13 @@ from typing import Any
 import numpy as np
 
 from agents.base import PolicyBase
-from agents.state import read_int, same_value, sub_state
+from agents.state import (
+    FORMAT_VERSION,
+    check_format_version,
+    flat_part,
+    read_int,
+    same_value,
+)
 from lrbandit_gym.decision import Decision, split_decision
 
 __all__ = ["ForcedExploration"]
@@ -91,14 +97,20 @@ class ForcedExploration:
         self.t += 1
 
     def state_dict(self) -> dict[str, Any]:
-        """Flat state (:mod:`agents.state`): ``t``, ``pulls``, ``p0``, ``beta`` and the
-        wrapped policy's state under ``policy.*``."""
+        """Flat state (:mod:`agents.state`): ``format_version``, ``t``, ``pulls``, ``p0``,
+        ``beta`` and the wrapped policy's state under ``policy.*``."""
         state = {f"policy.{k}": v for k, v in self.policy.state_dict().items()}
-        state.update(t=int(self.t), pulls=self.pulls.copy(), p0=self.p0, beta=self.beta)
+        state.update(
+            format_version=FORMAT_VERSION,
+            t=int(self.t),
+            pulls=self.pulls.copy(),
+            p0=self.p0,
+            beta=self.beta,
+        )
         return state
 
     def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Check a :meth:`state_dict` (flat, or nested as saved before), changing nothing.
+        """Check a :meth:`state_dict` (the flat layout of :mod:`agents.state`), changing nothing.
 
         Raises
         ------
@@ -107,11 +119,12 @@ class ForcedExploration:
             wrong shape or dtype, negative or not adding up to ``t`` in every trial, or an
             invalid state of the wrapped policy.
         """
-        for key in ("t", "pulls"):
+        check_format_version(state)
+        for key in ("t", "pulls", "p0", "beta"):
             if key not in state:
                 raise ValueError(f"state is missing key {key!r}")
         for key in ("p0", "beta"):
-            if key in state and not same_value(state[key], getattr(self, key)):
+            if not same_value(state[key], getattr(self, key)):
                 raise ValueError(
                     f"state[{key!r}] = {state[key]!r} does not match this wrapper's "
                     f"{getattr(self, key)!r}"
@@ -130,7 +143,7 @@ class ForcedExploration:
                 f"state['pulls'] must be non-negative and add up to state['t'] = {t} in every "
                 f"trial (one pull per round), got {pulls[b].tolist()} in trial {b}"
             )
-        inner = sub_state(state, "policy")
+        inner = flat_part(state, "policy")
         if inner is None:
             raise ValueError("state is missing the wrapped policy's state ('policy.*' keys)")
         self.policy.validate_state_dict(inner)

@@ -85,8 +85,8 @@ def _gram(F, G):
 
 
 @njit(cache=True)
-def _apply(F, T, row):
-    """``F <- F T`` in place (``row``: unused scratch, kept for the signature).
+def _apply(F, T):
+    """``F <- F T`` in place.
 
     Each entry is the sum over ``i`` in order, as a row-by-row product would compute it,
     but the inner loop runs down the rows, where the iterations are independent."""
@@ -114,9 +114,8 @@ def balance_pair(U, V, sv, work):
     _gram(V, work[1])
     status = balance_transforms(sv, work)
     if status == OK:
-        row = work[9, 1]
-        _apply(U, work[6], row)
-        _apply(V, work[7], row)
+        _apply(U, work[6])
+        _apply(V, work[7])
     return status
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from agents.base import PolicyBase, sample_actions
 from agents.estimator import LowRankSGD
-from agents.state import read_int, sub_state
+from agents.state import flat_part, read_int
 from agents.warm_start.phase import DEFAULT_MAX_MEMORY_BYTES, WarmStart
 from agents.warm_start.streaming import WARM_START_FITS
 from lrbandit_gym.decision import Decision
@@ -44,8 +44,7 @@ class LowRankPolicy(PolicyBase):
         Rounds of uniformly random exploration whose data fit ``M_init`` (eq. (10)); ignored
         when ``M_init`` is given.  Default: sized from the problem by
         :func:`agents.warm_start.default_warm_start_rounds` (2100 rounds at the paper's
-        d = 50, r = 3, K = 2; the paper's own 2000 is
-        :data:`agents.warm_start.DEFAULT_WARM_START_ROUNDS`), doubled up to 8 times while
+        d = 50, r = 3, K = 2; the paper's studies use its own 2000), doubled up to 8 times while
         the error is large against the differences between arms
         (:mod:`agents.warm_start.extension`; measuring it costs about one more fit;
         ``warm_start_rounds`` follows).  A length given here is kept exactly.
@@ -260,7 +259,7 @@ class LowRankPolicy(PolicyBase):
         return state
 
     def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Check a :meth:`state_dict` (flat, or nested as saved before), changing nothing.
+        """Check a :meth:`state_dict` (the flat layout of :mod:`agents.state`), changing nothing.
 
         Besides the parts' own checks: the warm-start length must be this policy's (for
         the default warm start, its length or one it extends to), a state in the warm start
@@ -273,22 +272,22 @@ class LowRankPolicy(PolicyBase):
             On any invalid or inconsistent entry.
         """
         checked = super().validate_state_dict(state)
-        est_state = sub_state(state, "estimator")
+        est_state = flat_part(state, "estimator")
         if est_state is None:
             raise ValueError("state is missing the estimator's state ('estimator.*' keys)")
         est = self.estimator.validate_state_dict(est_state)
         t = checked["t"]
-        rounds = self.warm_start_rounds
-        if "warm_start_rounds" in state:
-            rounds = read_int(state["warm_start_rounds"], "state['warm_start_rounds']")
-            extended = self._warm_start is not None and self._warm_start.allows(rounds)
-            if rounds != self.warm_start_rounds and not extended:
-                raise ValueError(
-                    f"state['warm_start_rounds'] = {rounds} does not match this policy's "
-                    f"warm start of {self.warm_start_rounds} rounds (build it with "
-                    + (f"warm_start={rounds})" if rounds else "M_init=)")
-                )
-        buf_state = sub_state(state, "buffer")
+        if "warm_start_rounds" not in state:
+            raise ValueError("state is missing key 'warm_start_rounds'")
+        rounds = read_int(state["warm_start_rounds"], "state['warm_start_rounds']")
+        extended = self._warm_start is not None and self._warm_start.allows(rounds)
+        if rounds != self.warm_start_rounds and not extended:
+            raise ValueError(
+                f"state['warm_start_rounds'] = {rounds} does not match this policy's "
+                f"warm start of {self.warm_start_rounds} rounds (build it with "
+                + (f"warm_start={rounds})" if rounds else "M_init=)")
+            )
+        buf_state = flat_part(state, "buffer")
         buffer = None
         if buf_state is not None:
             if self.warm_start_rounds == 0:

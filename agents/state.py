@@ -31,13 +31,16 @@ Key scheme
   fit any numpy integer type, so the plain ``bit_generator.state`` dict cannot be saved
   without pickling.
 
-The nested layout (dicts under ``"rng"``, ``"estimator"``, ``"buffer"``, ``"policy"``;
-``None`` for an absent part) is the same scheme with the parts kept as dicts:
-:func:`flat_state` turns it into the flat one, and :func:`sub_state` and
-:func:`generator_state_from` read both.  The inference wrappers' ``state_dict()`` is nested
-(``"core"``, ``"estimator"``, ``"buffer"``, ``"regret"``; None for a part they do not hold,
-the generators inside flat, as here); :func:`save_state` flattens it, and their
-``load_state_dict`` takes either layout.
+* ``"format_version"`` (:data:`FORMAT_VERSION`) is stored by every ``state_dict()`` of
+  :mod:`agents`, on its own level (``"estimator.format_version"`` for a policy's
+  estimator); ``load_state_dict`` refuses a state without it or with another version
+  (:func:`check_format_version`), so a layout change is a clear error, never a silent
+  misreading.  No release has shipped, so no earlier layout is read.
+
+The inference wrappers' ``state_dict()`` keeps the parts as dicts (``"core"``,
+``"estimator"``, ``"buffer"``, ``"regret"``; None for a part they do not hold, the parts
+flat inside); :func:`flat_state` turns that into the flat layout (:func:`save_state` does),
+and :func:`sub_state` reads a part back from either.
 """
 
 from __future__ import annotations
@@ -51,10 +54,13 @@ import numpy as np
 from lrbandit_gym.files import read_npz
 
 __all__ = [
+    "FORMAT_VERSION",
     "check_config",
     "check_count",
+    "check_format_version",
     "check_part",
     "copy_arrays",
+    "flat_part",
     "flat_state",
     "generator_state",
     "generator_state_from",
@@ -71,6 +77,31 @@ __all__ = [
 
 _MASK64 = (1 << 64) - 1
 _BIT_GENERATOR = "PCG64"
+
+#: The layout of the agents' states: stored under ``"format_version"`` by every
+#: ``state_dict()`` of :mod:`agents`, and the only one ``load_state_dict`` reads.
+FORMAT_VERSION = 1
+
+
+def check_format_version(state: Mapping[str, Any], name: str = "state") -> None:
+    """Raise unless ``state["format_version"]`` is :data:`FORMAT_VERSION`.
+
+    Raises
+    ------
+    ValueError
+        If the key is missing or holds another version, naming both.
+    """
+    if "format_version" not in state:
+        raise ValueError(
+            f"{name} has no 'format_version': it is not a state_dict() of this version of "
+            f"lrbandit-gym (state format {FORMAT_VERSION}); save it again from the object"
+        )
+    found = plain(state["format_version"])
+    if isinstance(found, bool) or found != FORMAT_VERSION:
+        raise ValueError(
+            f"{name}['format_version'] = {found!r}: this version of lrbandit-gym reads state "
+            f"format {FORMAT_VERSION} only; save it again from the object"
+        )
 
 
 def generator_state(rng: np.random.Generator) -> dict[str, Any]:
@@ -107,17 +138,18 @@ def generator_state(rng: np.random.Generator) -> dict[str, Any]:
 
 
 def generator_state_from(state: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``bit_generator.state`` dict stored in ``state``, checked on a probe generator.
+    """The ``bit_generator.state`` dict stored in ``state`` (``"rng.bit_generator"``,
+    ``"rng.state"``), checked on a probe generator.
 
-    Reads the flat layout (``"rng.bit_generator"``, ``"rng.state"``) or the old one (the
-    dict itself under ``"rng"``).
+    The inference wrappers' states may also hold the dict itself under ``"rng"`` (their
+    nested layout); the agents' flat states refuse that (:func:`flat_part`).
 
     Raises
     ------
     ValueError
         If the keys are missing or do not hold a valid PCG64 state.
     """
-    if "rng" in state:  # the old layout: bit_generator.state as it is
+    if "rng" in state:
         value = state["rng"]
         if not isinstance(value, Mapping):
             raise ValueError(f"state['rng'] must be a generator state dict, got {value!r}")
@@ -153,8 +185,8 @@ def sub_state(state: Mapping[str, Any], part: str) -> dict[str, Any] | None:
     """The state of ``part`` inside ``state``, or None when it is absent.
 
     Collects the keys ``"<part>.<key>"`` of the flat layout (stripping the prefix) or
-    returns the nested dict stored under ``part`` (the old layout, where ``None`` stood for
-    an absent part).
+    returns the dict stored under ``part`` (an inference wrapper's ``state_dict()``, where
+    ``None`` stands for an absent part).
     """
     if part in state:
         value = state[part]
@@ -166,6 +198,23 @@ def sub_state(state: Mapping[str, Any], part: str) -> dict[str, Any] | None:
     prefix = part + "."
     found = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
     return found or None
+
+
+def flat_part(state: Mapping[str, Any], part: str) -> dict[str, Any] | None:
+    """The state of ``part`` inside the flat ``state`` of an agent (its ``"<part>.<key>"``
+    keys, the prefix stripped), or None when it has none.
+
+    Raises
+    ------
+    ValueError
+        If ``state[part]`` holds the part as a dict: the agents' states are flat.
+    """
+    if part in state:
+        raise ValueError(
+            f"state[{part!r}] holds a nested part: an agent's state is flat, its parts under "
+            f"'{part}.<key>' keys (agents.state)"
+        )
+    return sub_state(state, part)
 
 
 def plain(value: Any) -> Any:

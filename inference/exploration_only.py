@@ -112,7 +112,7 @@ class ExplorationOnlyInference(LinearFormCore):
         flags = check_flags(explored, self.n_trials, "explored")
         if self.batched and np.ndim(epsilon) == 0 and not isinstance(epsilon, bool | np.bool_):
             try:
-                epsilon = np.full(self._B, float(epsilon))
+                epsilon = np.full(self.n_trials, float(epsilon))
             except (TypeError, ValueError):
                 pass  # reported by the check below
         eps = check_batch_vector(epsilon, self.n_trials, "epsilon")

@@ -79,7 +79,7 @@ class WeightShare:
 
     def shares(self) -> np.ndarray:
         """``share_n`` of (L), ``(B, m)``: NaN before the first round and where the state
-        came from a version that did not keep it; 1 where a factor is infinite."""
+        was saved after :meth:`forget`; 1 where a factor is infinite."""
         with np.errstate(invalid="ignore", divide="ignore"):
             out = self._max / self._sum
         return np.where(np.isinf(self._max), 1.0, out)
@@ -88,14 +88,15 @@ class WeightShare:
         return {self._keys[0]: self._sum.copy(), self._keys[1]: self._max.copy()}
 
     def check_state(self, state: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Validated copies of ``state``'s two arrays, changing nothing (NaN throughout after
-        :meth:`forget`: the check then stays silent).
+        """Validated copies of ``state``'s two arrays, changing nothing; NaN arrays for a
+        state saved after :meth:`forget` (the check then stays silent).
 
         Raises
         ------
         ValueError
-            Naming the key whose array has the wrong shape, a negative or NaN entry (NaN is
-            accepted only in both arrays throughout), or a maximum above the sum.
+            Naming the key that is missing or whose array has the wrong shape, a negative or
+            NaN entry (NaN is accepted only in both arrays throughout), or a maximum above
+            the sum.
         """
         arrays = []
         for key in self._keys:

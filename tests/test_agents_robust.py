@@ -24,7 +24,7 @@ from agents import (
     UniformRandom,
 )
 from agents.estimator import DIVERGENCE_FACTOR, LowRankSGD, ProposedStep
-from agents.state import generator_state_from, load_state, save_state
+from agents.state import FORMAT_VERSION, generator_state_from, load_state, save_state
 from agents.warm_start import (
     WarmStartBuffer,
 )
@@ -254,26 +254,24 @@ def test_state_round_trips_through_npz_without_pickle(name, split, tmp_path):
     assert_same_state(load_state(tmp_path / "again.npz"), c.state_dict())
 
 
-def _old_format(state: dict, parts=("estimator", "buffer", "policy")) -> dict:
-    """The nested layout saved before the flat one: generator dict, nested parts."""
+def _nested(state: dict, parts=("estimator", "buffer", "policy")) -> dict:
+    """``state`` with its parts nested as dicts and the generator as its state dict: a
+    layout the agents do not read (theirs is flat)."""
     out, nested = {}, {}
     for key, value in state.items():
         head, _, rest = key.partition(".")
         if head in parts and rest:
             nested.setdefault(head, {})[rest] = value
-        elif key not in ("rng.bit_generator", "rng.state", "warm_start_rounds"):
+        elif key not in ("rng.bit_generator", "rng.state"):
             out[key] = value
     if "rng.state" in state:
         out["rng"] = generator_state_from(state)
     for head, sub in nested.items():
-        out[head] = _old_format(sub, parts)
-    if "estimator" in out and "buffer" not in out:
-        out["buffer"] = None
+        out[head] = _nested(sub, parts)
     return out
 
 
-@pytest.mark.parametrize("name", sorted(policy_makers()))
-def test_states_in_the_old_nested_format_still_load(name):
+def _played(name):
     make = policy_makers()[name]
     env = small_env()
     a = make(env)
@@ -281,11 +279,36 @@ def test_states_in_the_old_nested_format_still_load(name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         play(env, a, obs, 25)
-    old = _old_format(a.state_dict())
-    assert "rng" in old or "policy" in old
+    return make, a
+
+
+@pytest.mark.parametrize("name", sorted(policy_makers()))
+def test_a_state_with_nested_parts_is_refused(name):
+    make, a = _played(name)
     b = make(small_env())
-    b.load_state_dict(old)
-    assert_same_state(b.state_dict(), a.state_dict())
+    before = b.state_dict()
+    with pytest.raises(ValueError, match="nested part"):
+        b.load_state_dict(_nested(a.state_dict()))
+    assert_same_state(b.state_dict(), before)
+
+
+@pytest.mark.parametrize("name", sorted(policy_makers()))
+def test_a_state_without_its_format_version_or_with_another_is_refused(name):
+    make, a = _played(name)
+    state = a.state_dict()
+    assert state["format_version"] == FORMAT_VERSION
+    b = make(small_env())
+    missing = {k: v for k, v in state.items() if k != "format_version"}
+    with pytest.raises(ValueError, match="has no 'format_version'"):
+        b.load_state_dict(missing)
+    with pytest.raises(ValueError, match=r"\['format_version'\] = 2: .* format 1 only"):
+        b.load_state_dict({**state, "format_version": np.array(2)})
+    for part in ("estimator", "policy.estimator"):  # a part's own version is checked too
+        if f"{part}.format_version" in state:
+            with pytest.raises(ValueError, match="format_version"):
+                b.load_state_dict({**state, f"{part}.format_version": 2})
+    b.load_state_dict({**state, "format_version": np.array(FORMAT_VERSION)})  # as np.load
+    assert_same_state(b.state_dict(), state)
 
 
 def _corrupt_cases():
@@ -381,16 +404,20 @@ def test_estimator_load_state_dict_rejects_invalid_values_atomically(key, value,
     assert snap(est) == before
 
 
-def test_estimator_state_through_npz_and_old_states_without_the_bound(tmp_path):
+def test_estimator_state_through_npz_and_no_state_without_a_key(tmp_path):
     est = LowRankSGD(5, 4, 2, n_trials=2)
     est.initialize(3 * np.random.default_rng(0).standard_normal((2, 2, 5, 4)))
     np.savez(tmp_path / "e.npz", **est.state_dict())
     state = dict(np.load(tmp_path / "e.npz", allow_pickle=False))
     clone = LowRankSGD.from_state_dict(state)
     assert_same_state(clone.state_dict(), est.state_dict())
-    old = {k: v for k, v in est.state_dict().items() if k != "max_singular_value"}
-    other = LowRankSGD.from_state_dict(old)  # the bound is set as initialize() sets it
-    np.testing.assert_array_equal(other.max_singular_value, est.max_singular_value)
+    for key in est.state_dict():
+        short = {k: v for k, v in state.items() if k != key}
+        with pytest.raises(ValueError, match=key):
+            LowRankSGD.from_state_dict(short)
+        with pytest.raises(ValueError, match=key):
+            clone.load_state_dict(short)
+    assert_same_state(clone.state_dict(), est.state_dict())
 
 
 def test_warm_start_buffer_load_state_dict_is_atomic(tmp_path):

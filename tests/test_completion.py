@@ -16,8 +16,13 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import lrbandit_gym  # noqa: F401  (registers the env)
-from agents import CompletionWarmStartBuffer, EpsilonGreedy, LowRankSGD, nuclear_norm_fit
-from agents.warm_start import completion_buffer_bytes, initial_estimate
+from agents import EpsilonGreedy, LowRankSGD
+from agents.warm_start import (
+    CompletionWarmStartBuffer,
+    completion_buffer_bytes,
+    initial_estimate,
+    nuclear_norm_fit,
+)
 from inference import LinearFormInference, ParameterInference, ValueInference
 from lrbandit_gym import MatrixContextBanditEnv, engine
 from lrbandit_gym.onehot import OneHotContexts, check_index, one_hot_contexts

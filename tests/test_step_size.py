@@ -89,7 +89,7 @@ def test_after_a_warm_start_the_step_is_capped_to_continue_its_average(prior):
     np.testing.assert_allclose(state["square_weight_sum"], [[0.0, square]])
 
 
-def test_the_cap_survives_a_save_and_a_state_saved_before_it_has_none():
+def test_the_cap_survives_a_save_and_a_state_without_it_is_refused():
     rng = np.random.default_rng(4)
     M = rng.standard_normal((2, 6, 5))
     est = LowRankSGD(6, 5, 1)
@@ -100,11 +100,15 @@ def test_the_cap_survives_a_save_and_a_state_saved_before_it_has_none():
     X = rng.standard_normal((6, 5))
     restored = LowRankSGD(6, 5, 1)
     restored.load_state_dict(est.state_dict())
-    old = {
-        k: v for k, v in est.state_dict().items() if k not in ("prior_rounds", "square_weight_sum")
-    }
+    for key in ("prior_rounds", "square_weight_sum"):
+        with pytest.raises(ValueError, match=key):
+            LowRankSGD(6, 5, 1).load_state_dict(
+                {k: v for k, v in est.state_dict().items() if k != key}
+            )
     uncapped = LowRankSGD(6, 5, 1)
-    uncapped.load_state_dict(old)
+    uncapped.load_state_dict(
+        {**est.state_dict(), "prior_rounds": 0, "square_weight_sum": np.zeros((1, 2))}
+    )
     for e in (est, restored, uncapped):
         e.update(X, 0, 0.1, p)
     np.testing.assert_array_equal(restored.estimates, est.estimates)
@@ -164,7 +168,7 @@ def test_floor_on_a_small_arm():
     np.testing.assert_allclose(est.estimates[0], after(coef), rtol=1e-9, atol=1e-15)
 
 
-def test_state_round_trip_and_states_saved_before():
+def test_state_round_trip_keeps_the_parametrisation_and_needs_step_gain():
     rng = np.random.default_rng(3)
     M = rng.standard_normal((2, 5, 4))
     est = LowRankSGD(5, 4, 2, step_gain=0.05)
@@ -175,9 +179,11 @@ def test_state_round_trip_and_states_saved_before():
     assert copy.step_scale is None and copy.step_gain == 0.05
     old = LowRankSGD(5, 4, 2, step_scale=0.1)
     old.initialize(M)
-    legacy = {k: v for k, v in old.state_dict().items() if k != "step_gain"}
-    restored = LowRankSGD.from_state_dict(legacy)
+    restored = LowRankSGD.from_state_dict(old.state_dict())
     assert restored.step_scale == 0.1 and restored.step_gain is None
+    without = {k: v for k, v in old.state_dict().items() if k != "step_gain"}
+    with pytest.raises(ValueError, match="step_gain"):
+        LowRankSGD.from_state_dict(without)
     with pytest.raises(ValueError, match="step_scale"):
         est.load_state_dict(old.state_dict())  # absolute state into a scale-free estimator
 

@@ -8,7 +8,6 @@ import pytest
 
 from agents.estimator import LowRankSGD
 from agents.warm_start import (
-    DEFAULT_WARM_START_ROUNDS,
     WarmStartBuffer,
     nuclear_norm_fit,
 )
@@ -35,9 +34,8 @@ def _truncate(M, r):
 
 
 def test_paper_setting_default_length_is_sigma_close():
-    """d=50, r=3, K=2, sigma=0.1, uniform actions, the paper's 2000 rounds
-    (DEFAULT_WARM_START_ROUNDS)."""
-    truth, X, a, y = _problem(0, DEFAULT_WARM_START_ROUNDS, 50, 50, 3)
+    """d=50, r=3, K=2, sigma=0.1, uniform actions, the paper's 2000 rounds."""
+    truth, X, a, y = _problem(0, 2000, 50, 50, 3)
     X = X.astype(np.float32)  # as stored by WarmStartBuffer
     fit = nuclear_norm_fit(X, a, y, 2, rank=3, full_output=True)
     err = np.linalg.norm(_truncate(fit.estimate, 3) - truth, axis=(1, 2))
@@ -54,7 +52,7 @@ def test_factored_solver_recovers_every_factor_in_the_paper_setting():
     """The default solver with a rank (alternating ridge regressions, as the studies' warm
     start runs it): the same accuracy as the proximal path at r = 3, where a mismatch between
     the columns of U and V (or a wrong product) would show."""
-    truth, X, a, y = _problem(0, DEFAULT_WARM_START_ROUNDS, 50, 50, 3)
+    truth, X, a, y = _problem(0, 2000, 50, 50, 3)
     X = X.astype(np.float32)
     M = nuclear_norm_fit(X, a, y, 2, rank=3)
     err = np.linalg.norm(_truncate(M, 3) - truth, axis=(1, 2))

@@ -51,7 +51,7 @@ def test_warns_at_rank_7_with_500_rounds_and_names_warm_start():
     assert len(caught) == 1
     message = str(caught[0].message)
     assert "ParameterInference's own warm start (500 rounds)" in message
-    assert "warm_start=4600" in message  # agents.default_warm_start_rounds(50, 50, 7, 2)
+    assert "warm_start=4600" in message  # agents.warm_start.default_warm_start_rounds(50, 50, 7, 2)
     assert caught[0].filename == __file__  # points at the caller's step()
     assert not params.warm_start_check.ok
 

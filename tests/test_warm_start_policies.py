@@ -15,17 +15,12 @@ import pytest
 from helpers import play, rank_r, small_env
 
 import lrbandit_gym  # noqa: F401  (registers the environment)
-from agents import (
-    Decision,
-    EpsilonGreedy,
-    LowRankPolicy,
-    Softmax,
-    default_warm_start_rounds,
-)
+from agents import Decision, EpsilonGreedy, Softmax
+from agents.low_rank import LowRankPolicy
 from agents.warm_start import (
-    DEFAULT_WARM_START_ROUNDS,
     START_SCALE,
     WarmStartBuffer,
+    default_warm_start_rounds,
     initial_estimate,
     min_warm_start_pulls,
     nuclear_norm_fit,
@@ -239,7 +234,7 @@ def test_default_warm_start_rule_validates():
 def test_policies_default_to_the_rule_and_keep_an_explicit_number(cls):
     env = small_env(n_actions=3)
     assert cls(env, rank=2).warm_start_rounds == default_warm_start_rounds(6, 5, 2, 3)
-    assert cls(env, rank=2, warm_start=DEFAULT_WARM_START_ROUNDS).warm_start_rounds == 2000
+    assert cls(env, rank=2, warm_start=2000).warm_start_rounds == 2000
     comp = small_env(context="completion")
     assert cls(comp, rank=2).warm_start_rounds == default_warm_start_rounds(
         6, 5, 2, 2, "completion"

@@ -1,6 +1,6 @@
 """The Lindeberg check (inference.weight_share): a read-out warns where one round holds over
 a tenth of its quantity's predictable variance, and only there; the running arrays survive
-a save and load, and a state saved without them loads and stays silent."""
+a save and load, and a state without them is refused."""
 
 from __future__ import annotations
 
@@ -88,9 +88,11 @@ def test_state_round_trip_keeps_the_check_and_a_state_without_it_is_refused():
     fresh.load_state_dict(state)
     with pytest.warns(SmallPropensityWarning):
         fresh.interval(1, "T")
-    partial = {k: v for k, v in state.items() if not k.startswith("weight_")}
-    with pytest.raises(ValueError, match="weight_"):
-        _core().load_state_dict(partial)
+    value = PolicyValueInference(2, ["arm 0"]).state_dict()
+    for key in ("weight_sum", "weight_max"):
+        for core, saved in ((_core(), state), (PolicyValueInference(2, ["arm 0"]), value)):
+            with pytest.raises(ValueError, match=f"missing key.*'{key}'"):
+                core.load_state_dict({k: v for k, v in saved.items() if k != key})
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,6 @@ from agents.warm_start.memory_pool import reuse_buffer_memory
 from agents.warm_start.phase import DEFAULT_MAX_MEMORY_BYTES, WarmStart
 from agents.warm_start.proximal import NuclearNormFit
 from agents.warm_start.rules import (
-    DEFAULT_WARM_START_ROUNDS,
     ROUNDS_PER_DOF,
     START_SCALE,
     default_warm_start_rounds,
@@ -56,7 +55,6 @@ from agents.warm_start.streaming import (
 __all__ = [
     "DEFAULT_MAX_MEMORY_BYTES",
     "DEFAULT_PENALTY_SCALE",
-    "DEFAULT_WARM_START_ROUNDS",
     "ROUNDS_PER_DOF",
     "START_SCALE",
     "WARM_START_FITS",

@@ -204,7 +204,7 @@ def check_warm_start(
     Parameters
     ----------
     X : array_like of shape (n, d1, d2) or (B, n, d1, d2)
-        The warm-start contexts (e.g. :meth:`agents.WarmStartBuffer.data`).
+        The warm-start contexts (e.g. :meth:`agents.warm_start.WarmStartBuffer.data`).
     actions : array_like of int, shape (n,) or (B, n)
     rewards : array_like of shape (n,) or (B, n)
     n_actions : int
@@ -301,10 +301,11 @@ def warn_if_far(check: WarmStartCheck, who: str, stacklevel: int = 2) -> None:
 def check_buffer(
     buffer: Any, *, rank: int, context: str, who: str, stacklevel: int = 2
 ) -> WarmStartCheck:
-    """:func:`check_warm_start` on a full :class:`~agents.WarmStartBuffer`'s rounds, with a
-    :class:`WarmStartWarning` naming ``who`` when it finds the estimate too far (the hook of
-    the inference wrappers' own warm start and of ``LowRankPolicy.check_warm_start``);
-    ``stacklevel`` as for :func:`warnings.warn`, counted from the caller of this function."""
+    """:func:`check_warm_start` on a full :class:`~agents.warm_start.WarmStartBuffer`'s
+    rounds, with a :class:`WarmStartWarning` naming ``who`` when it finds the estimate too
+    far (the hook of the inference wrappers' own warm start and of
+    ``LowRankPolicy.check_warm_start``); ``stacklevel`` as for :func:`warnings.warn`,
+    counted from the caller of this function."""
     X, actions, rewards, weights = buffer.data()
     check = check_warm_start(
         X, actions, rewards, buffer.n_actions, rank=rank, weights=weights, context=context

@@ -59,7 +59,7 @@ class WarmStartBuffer(RoundStore):
     n_actions : int
         Number of arms ``K``.
     length : int
-        Capacity in rounds (e.g. :data:`agents.warm_start.DEFAULT_WARM_START_ROUNDS`).
+        Capacity in rounds (e.g. :func:`agents.warm_start.default_warm_start_rounds`).
     n_trials : int or None, default None
         Batch size ``B`` (None: unbatched API, as in :class:`~agents.estimator.LowRankSGD`).
     dtype : {numpy.float32, numpy.float64}, default numpy.float32

@@ -70,8 +70,7 @@ fixed rank-r matrix ``START_SCALE * rho * Q_U Q_Vᵀ`` instead, with a warning:
 Size of the warm start
 ----------------------
 :func:`~agents.warm_start.rules.default_warm_start_rounds` sizes the warm start from the
-degrees of freedom of the problem; :data:`~agents.warm_start.rules.DEFAULT_WARM_START_ROUNDS`
-is the paper's fixed 2000 rounds, which the studies pass explicitly.
+degrees of freedom of the problem.
 
 The stores that collect the rounds, the held-out check and the :class:`WarmStart` object
 that runs the phase live beside this module (the map is in :mod:`agents.warm_start`).

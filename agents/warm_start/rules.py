@@ -9,8 +9,6 @@ Size of the warm start
 :func:`default_warm_start_rounds` sizes the warm start from the degrees of freedom of the
 problem (the rule and its values are in its docstring); a policy's default then extends
 while the error is large against the signal (:mod:`agents.warm_start.extension`).
-:data:`DEFAULT_WARM_START_ROUNDS` is the paper's fixed 2000 rounds, which the studies pass
-explicitly.
 
 Arms with too few rounds
 ------------------------
@@ -49,7 +47,6 @@ from agents.warm_start.inputs import CONTEXTS, fit_failure, name_list
 from lrbandit_gym.input_checks import check_choice, check_positive_int
 
 __all__ = [
-    "DEFAULT_WARM_START_ROUNDS",
     "ROUNDS_PER_DOF",
     "START_SCALE",
     "default_warm_start_rounds",
@@ -57,16 +54,6 @@ __all__ = [
     "min_warm_start_pulls",
     "start_weak_arms",
 ]
-
-#: The paper's warm start: 2000 exploration rounds (all arms together, uniformly random
-#: actions).  Not the policies' default, which :func:`default_warm_start_rounds` sizes from
-#: the problem; kept for compatibility and passed explicitly by the paper's studies.
-#:
-#: In the paper's setting (d1 = d2 = 50, r = 3, K = 2, sigma = 0.1, Gaussian contexts, unit
-#: singular values) this many rounds bring the rank-r refit of eq. (10) within the
-#: initialisation condition ``‖M_init − M‖_F ≲ sigma`` for every arm; half as many (500 per
-#: arm) are below the sample size at which nuclear-norm recovery works.
-DEFAULT_WARM_START_ROUNDS = 2000
 
 #: Warm-start rounds per degree of freedom ``K r (d1 + d2 − r)`` in
 #: :func:`default_warm_start_rounds` (Gaussian contexts).

@@ -195,7 +195,7 @@ class StreamingWarmStart(RoundCounter):
         *,
         seed: int = 0,
     ) -> None:
-        self._init_rounds(d1, d2, n_actions, length, n_trials)
+        self._trial_count = self._init_rounds(d1, d2, n_actions, length, n_trials)
         self.rank = check_positive_int(rank, "rank")
         if self.rank > min(self.d1, self.d2):
             raise ValueError(f"rank must be <= min(d1, d2) = {min(d1, d2)}, got {rank}")
@@ -203,7 +203,7 @@ class StreamingWarmStart(RoundCounter):
         #: Rounds of the spectral phase, then the round from which estimates are averaged.
         self.spectral_rounds = max(1, math.ceil(SPECTRAL_FRACTION * self.length))
         self.tail_start = max(self.spectral_rounds, self.length - int(TAIL_FRACTION * self.length))
-        B, K, r = self._B, self.n_actions, self.rank
+        B, K, r = self._trial_count, self.n_actions, self.rank
         self._S = np.zeros((B, K, self.d1, self.d2))  # Σ y X over the spectral phase
         self._T = np.zeros((B, K, self.d1, self.d2))  # Σ of the tail's estimates
         self._W = np.zeros((B, K))  # spectral-phase rounds per arm
@@ -275,10 +275,10 @@ class StreamingWarmStart(RoundCounter):
                 f"weights {w!r}; weighted rounds (1/pi from another policy) need the buffered "
                 "fit (agents.warm_start.WarmStartBuffer)"
             )
-        trials = np.arange(self._B)
-        a = np.asarray(round_.actions, dtype=np.int64).reshape(self._B)
-        y = np.asarray(round_.rewards, dtype=np.float64).reshape(self._B)
-        X = np.asarray(round_.contexts).reshape(self._B, self.d1, self.d2)
+        trials = np.arange(self._trial_count)
+        a = np.asarray(round_.actions, dtype=np.int64).reshape(self._trial_count)
+        y = np.asarray(round_.rewards, dtype=np.float64).reshape(self._trial_count)
+        X = np.asarray(round_.contexts).reshape(self._trial_count, self.d1, self.d2)
         # The moments sum y X and the refinement squares X: a 1e200 entry would make them
         # infinite for good.
         check_magnitude(X, "X", batched=self.n_trials is not None)
@@ -357,7 +357,7 @@ class StreamingWarmStart(RoundCounter):
                 "warm start"
             )
         undo, self._undo = self._undo, None
-        trials, a = np.arange(self._B), undo.pop("arms")
+        trials, a = np.arange(self._trial_count), undo.pop("arms")
         self._started = undo.pop("started")
         for name, value in undo.items():
             getattr(self, name)[trials, a] = value
@@ -462,7 +462,7 @@ class StreamingWarmStart(RoundCounter):
                 )
             check_finite(arr.astype(np.float64), f"state[{key!r}]")
             checked[key] = arr.astype(mine[key].dtype, copy=True)
-        if int(checked["pulls"].sum()) != n * self._B:
+        if int(checked["pulls"].sum()) != n * self._trial_count:
             raise ValueError(
                 f"state['pulls'] must add up to state['n'] = {n} in every trial, got "
                 f"{checked['pulls'].tolist()}"

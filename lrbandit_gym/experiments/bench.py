@@ -77,7 +77,7 @@ def bench_env(d: int = 50, num_envs: int = 1000, seed: int = 0) -> dict[str, flo
     }
 
 
-def _paper_agent(env, n_trials=None):
+def _paper_agent(env):
     """An ε-greedy agent on ``env`` started near the truth (benchmarks time steady state)."""
     from agents import EpsilonGreedy
 

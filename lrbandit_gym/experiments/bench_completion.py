@@ -3,7 +3,7 @@
 Behind ``lrbandit bench completion`` and ``lrbandit bench completion-coverage``
 (docs/performance.md, docs/reproduction.md).  With ``observation="index"`` a round of the
 env, an ε-greedy agent and both inference wrappers costs O((d1 + d2) r) and the warm start
-stores 32 bytes a round (:class:`agents.CompletionWarmStartBuffer`), so a 1000 x 1000
+stores 32 bytes a round (:class:`agents.warm_start.CompletionWarmStartBuffer`), so a 1000 x 1000
 problem runs at the speed of a 50 x 50 dense one and a 50,000-round warm start fits in a few
 MB where the dense buffer would need 186 GiB.
 
@@ -211,7 +211,7 @@ def completion_coverage(
     values ``singular_values``: 10 puts the typical entry, about ``10 r / d``, above the
     noise level 0.1, which a single revealed entry must resolve) in chunks of
     ``batch_size``, observed as indices: a batched ε-greedy agent (ε = 0.1,
-    the warm start of :func:`agents.default_warm_start_rounds` unless ``warm_start`` is
+    the warm start of :func:`agents.warm_start.default_warm_start_rounds` unless ``warm_start`` is
     given, ``c_η`` of :func:`completion_step_scale`, or the scale-free step of gain
     ``step_gain`` when given) with
     :class:`inference.VectorParameterInference` (the paper's targets ``T1``, ``T2``) and
@@ -227,7 +227,8 @@ def completion_coverage(
     import gymnasium as gym
 
     import lrbandit_gym  # noqa: F401
-    from agents import EpsilonGreedy, default_warm_start_rounds
+    from agents import EpsilonGreedy
+    from agents.warm_start import default_warm_start_rounds
     from inference import VectorParameterInference, VectorValueInference
     from lrbandit_gym.experiments.studies import paper_targets
 

@@ -65,7 +65,8 @@ def run_trial(
     the round, the interval, and the running means of the exact and held-out values with the
     current rule's held-out accuracy.
     """
-    from agents import EpsilonGreedy, default_warm_start_rounds
+    from agents import EpsilonGreedy
+    from agents.warm_start import default_warm_start_rounds
     from inference import GREEDY, PolicyEvaluation
     from lrbandit_gym.digits import digits_bandit
 

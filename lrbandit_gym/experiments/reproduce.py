@@ -272,7 +272,7 @@ def run_settings(
         run.done[label] = trials if not isinstance(stopped, RunInterrupted) else stopped.done
         run.results[label] = result
         run.diagnostics[label] = study_diagnostics(config, result)
-        for r in study_rows(study, config, result):
+        for r in study_rows(config, result):
             method = r.pop("method", "ours")
             run.rows.append({"study": study, "setting": label, "method": method, **r})
         for r in summarize_uniform(result):
@@ -332,7 +332,8 @@ def reproduce(
         setting, so ``ranks=(5, 7)`` completes a table1 run).
     warm_start : int, optional
         Uniformly random rounds before inference starts (the paper does not give this
-        size): default 2000 (:data:`agents.DEFAULT_WARM_START_ROUNDS`), 300 for
+        size): default 2000
+        (:data:`~lrbandit_gym.experiments.studies.PAPER_WARM_START_ROUNDS`), 300 for
         ``ensemble``.  2000 suits r = 3 at d = 50; r = 7 needs about 4000 (see README).
     engine : {"auto", "numpy", "numba"}, optional
         The engine of :mod:`lrbandit_gym.engine` (default: the current choice, "auto"

@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 
-def study_rows(study: str, config, result: dict) -> list[dict]:
+def study_rows(config, result: dict) -> list[dict]:
     """Rows of one setting: the study's procedure ("ours") and its comparison variants."""
     if isinstance(config, EnsembleStudyConfig):
         plug_in = {

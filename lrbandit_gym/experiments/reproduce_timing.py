@@ -14,7 +14,7 @@ import numpy as np
 from lrbandit_gym.experiments.ensemble_study import EnsembleStudyConfig, run_ensemble_study
 from lrbandit_gym.experiments.montecarlo import chunk_map
 from lrbandit_gym.experiments.parallel import RunInterrupted
-from lrbandit_gym.experiments.studies import StudyConfig, run_study
+from lrbandit_gym.experiments.studies import PAPER_WARM_START_ROUNDS, StudyConfig, run_study
 
 __all__ = [
     "draw_baseline",
@@ -27,9 +27,7 @@ __all__ = [
 
 def study_rounds(config: StudyConfig | EnsembleStudyConfig) -> tuple[int, int]:
     """``(warm-start rounds, online rounds)`` of one trial of ``config``."""
-    from agents import DEFAULT_WARM_START_ROUNDS
-
-    warm = DEFAULT_WARM_START_ROUNDS if config.warm_start is None else config.warm_start
+    warm = PAPER_WARM_START_ROUNDS if config.warm_start is None else config.warm_start
     return warm, max(config.checkpoints)
 
 

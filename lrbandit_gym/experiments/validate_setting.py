@@ -100,7 +100,7 @@ class ValidationSetting:
         Rank of the estimates (default: the environment's).
     warm_start : int, optional
         Warm-start rounds of the policy and of the wrappers' own estimator (default: sized
-        from the problem, :func:`agents.default_warm_start_rounds`).
+        from the problem, :func:`agents.warm_start.default_warm_start_rounds`).
     targets : str or mapping, default "paper"
         ``"paper"`` (``T1 = e1e1ᵀ``, ``T2 = e1e1ᵀ + 2e2e2ᵀ − 3e3e3ᵀ``), ``"entry"``
         (``e11 = e1e1ᵀ``), ``"center-smooth"`` (the middle entry, and a smooth bump of unit
@@ -283,7 +283,7 @@ def problem_sizes(venv, setting: ValidationSetting) -> tuple[int, int, int, int,
 
 def warm_start_rounds(setting: ValidationSetting, venv) -> int:
     """The setting's warm-start rounds, or the problem-sized default."""
-    from agents import default_warm_start_rounds
+    from agents.warm_start import default_warm_start_rounds
 
     if setting.warm_start is not None:
         return int(setting.warm_start)

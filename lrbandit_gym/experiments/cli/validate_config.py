@@ -17,7 +17,7 @@ A setting comes from, in increasing precedence: the defaults of
                                 # (relative to the config file)
     value = true                # also check V*
     rank = 2                    # rank of the estimates (default: env.rank)
-    warm_start = 600            # default: agents.default_warm_start_rounds
+    warm_start = 600            # default: agents.warm_start.default_warm_start_rounds
     estimator = "auto"          # "shared" or "own"
     uniform_from = 250          # time-uniform coverage from this round on (default: off)
     tuning_n = 1000             # round at which the confidence sequences are tightest

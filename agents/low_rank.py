@@ -52,7 +52,7 @@ class LowRankPolicy(PolicyBase):
         A user-supplied initial estimate; skips the warm start.
     step_scale : float, optional
         ``c_η`` of the paper's absolute step ``c_η·max(t, t*)^{-α}`` (its studies pass 0.1).
-        Default None: the scale-free step of :mod:`agents.step_size`, whose gain does not
+        Default None: the scale-free step of :mod:`agents.estimator.step_size`, whose gain does not
         depend on ``d1, d2``, the context law or ``‖M‖`` (docs/method.md §3, "Step size").
     step_gain : float, optional
         ``g`` of the scale-free step (default 0.03, docs/method.md §3); not with
@@ -237,7 +237,8 @@ class LowRankPolicy(PolicyBase):
             return
         M_init, check = finished
         try:
-            # The warm start's rounds cap the SGD's step (agents.step_size.continuing_gain).
+            # The warm start's rounds cap the SGD's step
+            # (agents.estimator.step_size.continuing_gain).
             self.estimator.initialize(M_init, prior_rounds=warm.rounds)
         except BaseException:
             warm.discard_last()

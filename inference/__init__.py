@@ -13,24 +13,24 @@ except Exception as exc:
 check_companion(_agents, "agents", "LowRankSGD")
 
 from inference.analyze import AnalysisResult, analyze  # noqa: E402
-from inference.context_check import ContextLawWarning  # noqa: E402
-from inference.exploration_only import ExplorationOnlyInference  # noqa: E402
-from inference.linear_form import LinearFormInference  # noqa: E402
-from inference.optimal_value import OptimalValueInference  # noqa: E402
-from inference.played_regret import ValueBiasWarning  # noqa: E402
-from inference.policy_evaluation import (  # noqa: E402
-    GREEDY,
-    PolicyEvaluation,
-    VectorPolicyEvaluation,
-)
-from inference.policy_value import PolicyValueInference  # noqa: E402
+from inference.cores.context_check import ContextLawWarning  # noqa: E402
+from inference.cores.exploration_only import ExplorationOnlyInference  # noqa: E402
+from inference.cores.linear_form import LinearFormInference  # noqa: E402
+from inference.cores.optimal_value import OptimalValueInference  # noqa: E402
+from inference.cores.played_regret import ValueBiasWarning  # noqa: E402
+from inference.cores.policy_value import PolicyValueInference  # noqa: E402
 from inference.results import (  # noqa: E402
     InsufficientDataWarning,
     IntervalEstimate,
     SmallPropensityWarning,
 )
-from inference.value_wrappers import ValueInference, VectorValueInference  # noqa: E402
 from inference.wrappers import ParameterInference, VectorParameterInference  # noqa: E402
+from inference.wrappers.policy_evaluation import (  # noqa: E402
+    GREEDY,
+    PolicyEvaluation,
+    VectorPolicyEvaluation,
+)
+from inference.wrappers.value_inference import ValueInference, VectorValueInference  # noqa: E402
 
 __all__ = [
     "GREEDY",
@@ -59,7 +59,7 @@ def __getattr__(name):
     # InferenceCallback subclasses stable-baselines3's BaseCallback: imported on first use,
     # so that importing inference needs neither stable-baselines3 nor torch.
     if name == "InferenceCallback":
-        from inference.sb3_callback import InferenceCallback
+        from inference.wrappers.sb3_callback import InferenceCallback
 
         return InferenceCallback
     raise AttributeError(f"module 'inference' has no attribute {name!r}")

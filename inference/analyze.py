@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from inference.policy_evaluation import PolicyEvaluation
 from inference.results import IntervalEstimate, format_table, interval_rows
 from inference.sequences import DEFAULT_TUNING_N
-from inference.value_wrappers import ValueInference
 from inference.wrappers import ParameterInference
+from inference.wrappers.policy_evaluation import PolicyEvaluation
+from inference.wrappers.value_inference import ValueInference
 from lrbandit_gym.decision import Decision
 from lrbandit_gym.input_checks import MIN_PROPENSITY, check_confidence_level
 from lrbandit_gym.logs import LogFormatError, LogReplayEnv, load_log, validate_log

@@ -19,7 +19,7 @@ Every other law here whitens the context by its own ``Σ``:
   ``p_jk`` (real rating data is not uniform): ``Σ = diag(p)``;
 * :class:`EstimatedLaw`: ``Σ`` estimated from the contexts themselves as they arrive (they
   arrive every round, whatever the arm), by the inference cores
-  (:mod:`inference.running_law`).
+  (:mod:`inference.cores.running_law`).
 
 ``vec`` is numpy's row-major ``X.reshape(-1)`` throughout.  A singular ``Σ`` (a pixel that is
 always 0) is inverted on its range: the directions no context ever takes are not identified
@@ -128,7 +128,7 @@ class ContextLaw:
 
     def predicted_moment(self, A: np.ndarray) -> np.ndarray:
         """``E<A, X>² = vec Aᵀ Σ vec A`` for a stack of probes ``(k, d1, d2)``, shape (k,)
-        (what the context check predicts for its probes, :mod:`inference.context_check`)."""
+        (what the context check predicts for its probes, :mod:`inference.cores.context_check`)."""
         raise NotImplementedError
 
     def condition_number(self) -> float:
@@ -341,7 +341,7 @@ class EstimatedLaw(ContextLaw):
     """``Σ`` estimated from the contexts as they arrive (every round, whatever the arm).
 
     A specification: each inference core keeps its own running estimate per trial
-    (:class:`inference.running_law.RunningSecondMoment`), from every context its wrapper
+    (:class:`inference.cores.running_law.RunningSecondMoment`), from every context its wrapper
     sees (the warm start's included), and whitens round ``t`` by the estimate of the rounds
     before it.  ``structure``:
 

@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from inference.bounded_interval import bounded_interval, bounded_p_value, manski_critical_value
+from inference.cores.bounded_interval import (
+    bounded_interval,
+    bounded_p_value,
+    manski_critical_value,
+)
 
 
 def test_critical_value_solves_its_equation_between_the_two_quantiles():

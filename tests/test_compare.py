@@ -306,7 +306,7 @@ def test_policy_value_rows_cover_under_epsilon_greedy(monkeypatch):
     the target policies are not zero: V(arm 0) and V(uniform) cover within 5 Monte Carlo
     s.e. of 0.95; the same intervals without the 1/π weight miss the band (the outcome
     model's error is no longer corrected where the agent rarely plays)."""
-    from inference.policy_value import PolicyValueInference
+    from inference.cores.policy_value import PolicyValueInference
 
     env = {"d1": 5, "d2": 5, "rank": 1, "context": "completion", "noise_std": 0.1}
     agent = OurAgent("EpsilonGreedy", {"rank": 1, "warm_start": 40, "epsilon": 0.2})

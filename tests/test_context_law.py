@@ -9,8 +9,8 @@ import pytest
 
 import lrbandit_gym  # noqa: F401
 from inference import ContextLawWarning, LinearFormInference, ParameterInference, analyze
-from inference.context_check import ContextCheck
-from inference.running_law import RunningSecondMoment
+from inference.cores.context_check import ContextCheck
+from inference.cores.running_law import RunningSecondMoment
 from lrbandit_gym.context_law import (
     CONDITION_LIMIT,
     EntryLaw,

@@ -91,8 +91,8 @@ def test_estimator_engines_agree(n_trials, propensities, K):
 def test_kernel_flags_rank_deficient_pairs_for_the_eigen_route(awkward_factor_pairs):
     """Pairs the numpy engine balances by eigendecompositions are flagged and left alone by
     the kernel; the estimator then balances them as numpy does."""
-    from agents import kernels
-    from agents.balancing import balance
+    from agents.estimator import kernels
+    from agents.estimator.balancing import balance
 
     N, r = 30, 3
     U, V = awkward_factor_pairs(N)
@@ -154,7 +154,7 @@ def test_divergence_raises_without_corrupting_state_in_both_engines(name):
 
 @numba_only
 def test_symmetric_eigen_matches_lapack():
-    from agents.kernels import symmetric_eigen
+    from agents.estimator.kernels import symmetric_eigen
 
     rng = np.random.default_rng(2)
     for r in (1, 2, 3, 5, 8):

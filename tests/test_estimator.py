@@ -154,7 +154,7 @@ def test_balance_routes_agree_and_rank_deficient_pairs_take_the_robust_one(awkwa
     """The Cholesky route of balance and the eigendecomposition route give the same
     balanced pairs; rank-deficient or tiny factors go the robust way, chosen per pair so a
     batch equals its pairs one by one bit for bit."""
-    from agents.balancing import balance, balance_eig
+    from agents.estimator.balancing import balance, balance_eig
 
     N, r = 40, 3
     U, V = awkward_factor_pairs(N)

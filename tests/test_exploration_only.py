@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inference.exploration_only import ExplorationOnlyInference
-from inference.linear_form import LinearFormInference
+from inference.cores.exploration_only import ExplorationOnlyInference
+from inference.cores.linear_form import LinearFormInference
 from inference.results import InsufficientDataWarning
 
 

@@ -1,4 +1,5 @@
-"""Tests for :class:`inference.linear_form.LinearFormInference` (Section 3, docs/method.md §4):
+"""Tests for :class:`inference.cores.linear_form.LinearFormInference` (Section 3,
+docs/method.md §4):
 its arithmetic.
 
 * online == batch: the running sums equal a direct numpy computation that forms every
@@ -19,8 +20,8 @@ import numpy as np
 import pytest
 from scipy.special import ndtri
 
-from inference.linear_form import LinearFormInference
-from inference.linear_form_round import PulledEstimate
+from inference.cores.linear_form import LinearFormInference
+from inference.cores.linear_form_round import PulledEstimate
 from inference.results import InsufficientDataWarning, IntervalEstimate
 from lrbandit_gym.rounds import Round
 
@@ -275,7 +276,7 @@ def test_factor_changes_are_queued_per_changed_arm_and_flushed_in_blocks(monkeyp
     """With SGD-like factors only the previous pulled arm is queued (one factor pair per trial
     per round, not K), and the queue reaches the d1 x d2 accumulators in one GEMM every
     RING rounds instead of a product per round."""
-    from inference.debiased_sum import RING, DebiasedSum
+    from inference.cores.debiased_sum import RING, DebiasedSum
 
     rng = np.random.default_rng(5)
     B, K, d1, d2, r, n = 3, 4, 6, 5, 2, 40

@@ -1,5 +1,5 @@
 """Warnings on insufficient data and refusals of every kind of bad input of
-:class:`inference.linear_form.LinearFormInference`."""
+:class:`inference.cores.linear_form.LinearFormInference`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from inference.linear_form import LinearFormInference
+from inference.cores.linear_form import LinearFormInference
 from inference.results import InsufficientDataWarning, SmallPropensityWarning
 
 # ----------------------------------------------------------------------------- insufficient data
@@ -220,8 +220,8 @@ def test_bad_readout_arguments():
 
 def test_inference_imports_no_plotting_or_pandas():
     code = (
-        "import sys, inference.linear_form, inference.optimal_value, "
-        "inference.exploration_only, inference.results; "
+        "import sys, inference.cores.linear_form, inference.cores.optimal_value, "
+        "inference.cores.exploration_only, inference.results; "
         "bad = [m for m in ('matplotlib', 'pandas') if m in sys.modules]; "
         "assert not bad, bad"
     )

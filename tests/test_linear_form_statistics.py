@@ -1,4 +1,4 @@
-"""Statistical checks of :class:`inference.linear_form.LinearFormInference` in the paper's
+"""Statistical checks of :class:`inference.cores.linear_form.LinearFormInference` in the paper's
 setting (d = 50, r = 3, sigma = 0.1, T1, T2) with a fixed, predictable estimate and
 epsilon-greedy propensities, with negative controls (Section 3, docs/method.md §4)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inference.linear_form import LinearFormInference
+from inference.cores.linear_form import LinearFormInference
 
 # ----------------------------------------------------------------------------- statistics
 D, R, SIGMA, B_TRIALS, N_ROUNDS = 50, 3, 0.1, 300, 300

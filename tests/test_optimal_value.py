@@ -1,4 +1,4 @@
-"""Tests for :class:`inference.optimal_value.OptimalValueInference` (Section 4, Appendix A).
+"""Tests for :class:`inference.cores.optimal_value.OptimalValueInference` (Section 4, Appendix A).
 
 Gaussian contexts enter the value procedure only through the predictions
 ``<M_hat_a, X>`` and mean rewards ``<M_a, X>``, which are jointly Gaussian with covariance
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy.special import ndtr, ndtri
 
-from inference.optimal_value import OptimalValueInference
+from inference.cores.optimal_value import OptimalValueInference
 from inference.results import InsufficientDataWarning, IntervalEstimate
 from lrbandit_gym.rounds import Round
 

@@ -1,10 +1,10 @@
 """The paper's three algorithms in plain numpy against the fast paths.
 
 :func:`agents.estimator.sgd_step_reference` (Algorithm 1, eq. (8)),
-:func:`inference.linear_form.debiased_sums_reference` (Algorithm 2) and
-:func:`inference.linear_form_readout.readout_reference` (Algorithm 3) are driven on the same
+:func:`inference.cores.linear_form.debiased_sums_reference` (Algorithm 2) and
+:func:`inference.cores.linear_form_readout.readout_reference` (Algorithm 3) are driven on the same
 rounds as :class:`agents.LowRankSGD` and a :class:`inference.LinearFormInference` core fed as
-the inference wrappers feed it (:class:`inference.shared_estimator.SharedEstimate`: a
+the inference wrappers feed it (:class:`inference.wrappers.shared_estimator.SharedEstimate`: a
 snapshot before the estimator's step, absorbed after it), under both engines, for Gaussian
 and completion contexts; they agree to ``1e-10`` relative.  The propensities vary from
 round to round (an ε-greedy policy on the current estimate), so a dropped ``1/π`` weight, a
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from agents.estimator import LowRankSGD, sgd_step_reference
-from inference.linear_form import LinearFormInference, debiased_sums_reference
-from inference.linear_form_readout import readout_reference
-from inference.shared_estimator import SharedEstimate
+from inference.cores.linear_form import LinearFormInference, debiased_sums_reference
+from inference.cores.linear_form_readout import readout_reference
+from inference.wrappers.shared_estimator import SharedEstimate
 from lrbandit_gym import engine
 
 D1, D2, RANK, K, ROUNDS = 4, 5, 2, 3, 400  # past t* = 300, where the step decays

@@ -17,7 +17,7 @@ from inference import (
     VectorParameterInference,
     VectorValueInference,
 )
-from inference.played_regret import PlayedRules, played_regret
+from inference.cores.played_regret import PlayedRules, played_regret
 from lrbandit_gym import Decision
 from lrbandit_gym.onehot import OneHotContexts
 
@@ -101,7 +101,7 @@ def test_own_reference_equals_the_parameter_wrappers():
 
 def _bounded(paper, regret, variance):
     """The default interval's ends and p-value from the paper's read-out and ``R̂_n``:
-    eq. (IM) of inference.bounded_interval, computed here from its definition."""
+    eq. (IM) of inference.cores.bounded_interval, computed here from its definition."""
     from scipy.optimize import brentq
     from scipy.stats import norm
 

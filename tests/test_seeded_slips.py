@@ -18,7 +18,7 @@ from inference import (
     SmallPropensityWarning,
     analyze,
 )
-from inference.played_regret import PlayedRules
+from inference.cores.played_regret import PlayedRules
 from lrbandit_gym import Decision
 from lrbandit_gym.experiments.montecarlo import plan_chunks
 from lrbandit_gym.logs import LogFormatError, RecordRounds, validate_log

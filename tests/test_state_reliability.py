@@ -479,7 +479,7 @@ def test_the_feed_refuses_an_overflowing_round_before_writing_on_either_engine(n
     # An estimate of 1e60 and a context of 1e100 (gaussian), or an estimate entry of 1e155
     # at the revealed entry (completion), are each admissible; the prediction's square is
     # not.  Before the fix the round entered the sums and every interval was NaN after it.
-    from inference.shared_estimator import SharedEstimate
+    from inference.wrappers.shared_estimator import SharedEstimate
     from lrbandit_gym import engine
     from lrbandit_gym.rounds import Round
 
@@ -631,7 +631,7 @@ def test_float32_recorder_refuses_a_context_it_cannot_hold_before_recording():
 
 
 def test_a_weight_state_with_nan_in_one_array_only_is_refused():
-    from inference.weight_share import WeightShare
+    from inference.cores.weight_share import WeightShare
 
     share = WeightShare(1, 2)
     share.add(np.array([[1.0, 2.0]]))

@@ -1,4 +1,4 @@
-"""Tests of the step sizes of the low-rank SGD (agents.step_size): the paper's absolute
+"""Tests of the step sizes of the low-rank SGD (agents.estimator.step_size): the paper's absolute
 step, kept exactly, and the scale-free default."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from agents import EpsilonGreedy, LowRankSGD
-from agents.step_size import DEFAULT_STEP_GAIN, NUCLEAR_NORM_FLOOR
+from agents.estimator.step_size import DEFAULT_STEP_GAIN, NUCLEAR_NORM_FLOOR
 
 
 def _truth(rng, d, r, K=2):

@@ -251,7 +251,7 @@ def test_diagnostics_give_the_v_star_coverage_of_the_trials_without_a_warning():
     covered V*, counted from the per-trial intervals."""
     import re
 
-    from inference.played_regret import WARN_RATIO
+    from inference.cores.played_regret import WARN_RATIO
 
     result = validate(
         {**TINY, "noise_std": 0.5}, n=(80, 160), trials=16, batch_size=8, progress=False
@@ -289,7 +289,7 @@ def test_diagnostics_count_small_propensity_warnings_and_the_quiet_trials_covera
     others, from the per-trial intervals."""
     import dataclasses
 
-    from inference.round_check import SMALL_PROPENSITY
+    from inference.wrappers.round_check import SMALL_PROPENSITY
 
     result = validate(
         TINY, policy_kwargs={"epsilon": 0.1}, targets="entry", n=(60,), trials=16,
@@ -316,7 +316,7 @@ def test_diagnostics_give_the_lindeberg_share_and_the_quiet_trials_coverage():
     parameter coverage of the others."""
     import dataclasses
 
-    from inference.weight_share import SHARE_LIMIT
+    from inference.cores.weight_share import SHARE_LIMIT
 
     result = validate(
         TINY, policy_kwargs={"epsilon": 0.1}, targets="entry", n=(60, 120), trials=16,

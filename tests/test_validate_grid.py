@@ -83,7 +83,7 @@ def test_intervals_are_valid_outside_the_papers_settings(results, name):
     # No warm-start warning with the default warm start (the V* regret check may warn: it
     # errs on the side of a wider interval, docs/method.md §10).  Softmax leaves some trials
     # a round that holds over a tenth of an arm's predictable variance, and the parameter
-    # intervals of those trials say so (inference.weight_share).
+    # intervals of those trials say so (inference.cores.weight_share).
     expected = ("ValueBiasWarning",) + (("Lindeberg's condition",) if name == "softmax3" else ())
     assert not [w for w in result.warnings if not any(e in w for e in expected)], result.warnings
 

@@ -1,4 +1,4 @@
-"""The Lindeberg check (inference.weight_share): a read-out warns where one round holds over
+"""The Lindeberg check (inference.cores.weight_share): a read-out warns where one round holds over
 a tenth of its quantity's predictable variance, and only there; the running arrays survive
 a save and load, and a state without them is refused."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from inference import LinearFormInference, PolicyValueInference, SmallPropensityWarning
-from inference.weight_share import WeightShare
+from inference.cores.weight_share import WeightShare
 
 N = 300
 

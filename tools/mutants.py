@@ -57,7 +57,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "no_regret_correction",
         "the V* interval drops the estimated regret of the greedy rules played",
-        "inference/played_regret.py",
+        "inference/cores/played_regret.py",
         "        estimate=est + regret,",
         "        estimate=est,",
         ("tests/test_played_regret.py",),
@@ -65,7 +65,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "policy_value_no_ipw",
         "the policy-value AIPW term drops its 1/pi weight",
-        "inference/policy_value.py",
+        "inference/cores/policy_value.py",
         "weight = targets[trials, :, action] / propensities[trials, action][:, None]",
         "weight = targets[trials, :, action]",
         ("tests/test_policy_value.py",),
@@ -73,7 +73,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "value_uniform_propensities",
         "the value wrapper feeds the V* core uniform propensities instead of the policy's",
-        "inference/value_tracker.py",
+        "inference/wrappers/value_tracker.py",
         "self.core.update(predictions, round_)",
         "props = round_.propensities\n"
         "        uniform = np.full_like(props, 1.0 / props.shape[-1])\n"
@@ -83,7 +83,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "own_warm_start_unweighted",
         "the wrappers' own warm start ignores the 1/pi weights",
-        "inference/own_estimator.py",
+        "inference/wrappers/own_estimator.py",
         "weights = 1.0 / props[np.arange(props.shape[0]), round_.actions]",
         "weights = np.ones(props.shape[0])",
         ("tests/test_mutants.py", "tests/test_wrappers.py", "tests/test_warm_start.py"),
@@ -109,7 +109,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "no_ipw",
         "no 1/pi in the debiasing of <M_a, T>",
-        "inference/linear_form.py",
+        "inference/cores/linear_form.py",
         "weight = 1.0 / propensities[np.arange(self._B), action]",
         "weight = np.ones(self._B)",
         ("tests/test_linear_form.py", "tests/test_wrappers.py"),
@@ -141,7 +141,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "no_renormalisation",
         "the SGD step keeps the stepped factors unbalanced (no renormalisation, numpy engine)",
-        "agents/estimator.py",
+        "agents/estimator/sgd.py",
         "U_new, V_new, sv_new = balance(U + step * XV, V + step * XtU)",
         "U_new, V_new = U + step * XV, V + step * XtU\n"
         "                    sv_new = balance(U_new, V_new)[2]",
@@ -167,7 +167,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "v_star_one_sided_always",
         "the V* interval between two bounds uses the one-sided quantile whatever their gap",
-        "inference/bounded_interval.py",
+        "inference/cores/bounded_interval.py",
         "above = ndtr(mid + d) - ndtr(-mid) >= level  # coverage rises with c",
         "above = np.ones_like(mid, dtype=bool)",
         ("tests/test_bounded_interval.py", "tests/test_played_regret.py"),
@@ -175,7 +175,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "v_star_whole_range",
         "the V* interval covers the whole range between the bounds (two-sided z at both ends)",
-        "inference/bounded_interval.py",
+        "inference/cores/bounded_interval.py",
         "above = ndtr(mid + d) - ndtr(-mid) >= level  # coverage rises with c",
         "above = np.zeros_like(mid, dtype=bool)",
         ("tests/test_bounded_interval.py", "tests/test_played_regret.py"),
@@ -183,7 +183,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "step_cap_ignored",
         "the SGD's step ignores the cap that continues the warm start's average",
-        "agents/estimator.py",
+        "agents/estimator/sgd.py",
         "sched = np.minimum(sched, cap / self.step_gain)",
         "sched = sched + 0 * cap",
         ("tests/test_step_size.py",),
@@ -191,7 +191,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "lindeberg_mean_not_max",
         "the Lindeberg check reads the mean factor instead of the largest (never warns)",
-        "inference/weight_share.py",
+        "inference/cores/weight_share.py",
         "np.maximum(self._max, factors, out=self._max)",
         "self._max += factors / 1e6",
         ("tests/test_weight_share.py",),
@@ -259,7 +259,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "reservoir_slot_below_t",
         "the regret reservoir draws its slot from [0, t) instead of [0, t]",
-        "inference/played_regret.py",
+        "inference/cores/played_regret.py",
         "int(self._rng.integers(t + 1))",
         "int(self._rng.integers(t))",
         ("tests/test_seeded_slips.py", "tests/test_played_regret.py"),
@@ -267,7 +267,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "reservoir_largest_propensity",
         "the batched reservoir tracks each round's largest propensity instead of its smallest",
-        "inference/played_regret.py",
+        "inference/cores/played_regret.py",
         "np.minimum(self.min_propensity, propensities.min(axis=1), out=self.min_propensity)",
         "np.minimum(self.min_propensity, propensities.max(axis=1), out=self.min_propensity)",
         ("tests/test_seeded_slips.py", "tests/test_played_regret.py"),
@@ -275,7 +275,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "policy_value_factor_unsquared",
         "the policy-value Lindeberg factor reads sum_a pi(a|X)/pi_t(a), without the square",
-        "inference/policy_value.py",
+        "inference/cores/policy_value.py",
         "targets * targets / propensities[:, None, :]",
         "targets / propensities[:, None, :]",
         ("tests/test_seeded_slips.py", "tests/test_weight_share.py", "tests/test_policy_value.py"),
@@ -283,7 +283,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "difference_first_share_only",
         "a difference of two policies checks only the first one's Lindeberg share",
-        "inference/policy_value.py",
+        "inference/cores/policy_value.py",
         "self._weights.shares()[:, weights != 0].max(axis=1),",
         "self._weights.shares()[:, weights > 0].max(axis=1),",
         ("tests/test_seeded_slips.py", "tests/test_weight_share.py", "tests/test_policy_value.py"),
@@ -291,7 +291,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "readout_mean_share",
         "a read-out over several arms warns on their mean Lindeberg share, not the largest",
-        "inference/linear_form_readout.py",
+        "inference/cores/linear_form_readout.py",
         "share = self._weights.shares()[:, list(arms)].max(axis=1)",
         "share = self._weights.shares()[:, list(arms)].mean(axis=1)",
         ("tests/test_seeded_slips.py", "tests/test_weight_share.py"),
@@ -299,7 +299,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "law_correction_unwhitened",
         "under a law other than the paper's, the correction adds X_t instead of Σ⁻¹ vec X_t",
-        "inference/linear_form_round.py",
+        "inference/cores/linear_form_round.py",
         "Xc = X if terms.whitened is None else terms.whitened",
         "Xc = X",
         ("tests/test_context_law.py",),
@@ -307,7 +307,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "entry_scale_twice",
         "an entry law scales the design term <G_t, X_t> by 1/p_jk besides its scale",
-        "inference/linear_form_round.py",
+        "inference/cores/linear_form_round.py",
         "scale, whitened = self._whitener.entry_scale(X.rows, X.cols), None\n",
         "scale, whitened = self._whitener.entry_scale(X.rows, X.cols), None\n"
         "                g = g * scale[:, None]\n",
@@ -316,7 +316,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "estimated_law_not_predictable",
         "an estimated law takes round t's own context into the estimate that whitens it",
-        "inference/linear_form_round.py",
+        "inference/cores/linear_form_round.py",
         "        if self._whitener.estimated and self._whitener.n == 0:",
         "        if self._whitener.estimated:\n"
         "            self._whitener.observe(X.dense() if isinstance(X, OneHotContexts) else X)\n"
@@ -326,7 +326,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "robust_variance_dropped",
         "under a law other than the paper's, the standard error is the paper's product form",
-        "inference/linear_form_readout.py",
+        "inference/cores/linear_form_readout.py",
         "        if self.robust:  # σ̂²·S2 is then the robust variance (docs/method.md §11)",
         "        if False:  # σ̂²·S2 is then the robust variance (docs/method.md §11)",
         ("tests/test_context_law.py",),

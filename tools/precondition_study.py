@@ -47,7 +47,7 @@ import numpy as np
 
 import lrbandit_gym  # noqa: F401
 from agents.estimator import sgd_step_reference
-from agents.step_size import DEFAULT_STEP_GAIN, NUCLEAR_NORM_FLOOR
+from agents.estimator.step_size import DEFAULT_STEP_GAIN, NUCLEAR_NORM_FLOOR
 from agents.warm_start.fit import initial_estimate
 from agents.warm_start.rules import default_warm_start_rounds
 from lrbandit_gym.context_law import IsotropicLaw, KroneckerLaw

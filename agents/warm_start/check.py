@@ -42,7 +42,7 @@ setting, rank 7, completion contexts) are in docs/reproduction.md, "Validity out
 paper".
 
 The inference wrappers run the check when their own estimator finishes its warm start
-(:mod:`inference.own_estimator`), and a low-rank policy does when its ``check_warm_start``
+(:mod:`inference.wrappers.own_estimator`), and a low-rank policy does when its ``check_warm_start``
 attribute is True (off by default: it costs about one more fit); both keep the result as
 ``warm_start_check``.  :func:`warn_if_far` issues the :class:`WarmStartWarning`.
 """

@@ -34,7 +34,7 @@ of contexts decided the other way) is the largest ratio the default accepts.  Th
 rules' regret grows like ``ρ²`` (the share of contexts decided the other way, times the
 gap on them, both of order ``ρ``), and ``V̂`` of Section 4 sits below ``V*`` by the mean
 regret of the rules played; with the step that continues the warm start's average
-(:func:`agents.step_size.continuing_gain`) this bound keeps that bias small against the
+(:func:`agents.estimator.step_size.continuing_gain`) this bound keeps that bias small against the
 standard error in the grid's settings (docs/method.md §3 and §10 give the measurements).
 An arm that the check cannot measure (too few rounds) has ``e_a = inf``, and arms whose
 fitted predictions coincide leave no gap: both ask for more rounds.

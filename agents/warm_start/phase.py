@@ -3,7 +3,7 @@
 Algorithm 1 starts from ``M_init`` within the noise level of the truth (docs/method.md §3).
 Both users of the estimator obtain it the same way: the low-rank policies from their own
 uniformly random rounds (:mod:`agents.low_rank`), the inference wrappers' own estimator from
-the first rounds it sees, weighted by ``1/π`` (:mod:`inference.own_estimator`).  A
+the first rounds it sees, weighted by ``1/π`` (:mod:`inference.wrappers.own_estimator`).  A
 :class:`WarmStart` does every step of that phase for both:
 
 1. **Sizing.**  ``rounds`` given, or the rule of

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.balancing import balance
+from agents.estimator.balancing import balance
 from agents.state import plain, read_bool, read_int, same_value
 from agents.warm_start.dense import warm_start_buffer_bytes
 from agents.warm_start.rules import START_SCALE, fixed_directions

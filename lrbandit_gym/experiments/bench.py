@@ -208,7 +208,8 @@ def bench_study_round(d: int = 50, num_envs: int = 125, seed: int = 0) -> dict:
     wrapped by :class:`inference.VectorParameterInference`, ``update``); ``internals``: the
     same arithmetic through the internal entry points that round ends up in (the env's
     expected rewards, ``LowRankSGD.predict_checked``/``step`` and the
-    :class:`~inference.shared_estimator.SharedEstimate` the wrappers use), with one finiteness
+    :class:`~inference.wrappers.shared_estimator.SharedEstimate` the wrappers use), with one
+    finiteness
     check of the context and no wrappers.  Both are reported as seconds beyond the draw, so
     their difference is what validation and the layers cost, and ``internals`` is the floor
     of this numpy implementation.
@@ -216,7 +217,7 @@ def bench_study_round(d: int = 50, num_envs: int = 125, seed: int = 0) -> dict:
     from threadpoolctl import threadpool_limits
 
     from inference import LinearFormInference, VectorParameterInference
-    from inference.shared_estimator import SharedEstimate
+    from inference.wrappers.shared_estimator import SharedEstimate
     from lrbandit_gym.experiments.studies import StudyConfig, make_study_env, paper_targets
     from lrbandit_gym.rounds import Round
 

@@ -5,7 +5,7 @@ Three wrappers stack over the trial env: :class:`~inference.ParameterInference` 
 ``<M_a, T>``), :class:`~inference.ValueInference` (``V*``) and on top
 :class:`~inference.PolicyEvaluation`, the values of the fixed target policies of
 :mod:`lrbandit_gym.experiments.policy_targets` (docs/method.md §9).  The innermost hosts the
-round for all three (:mod:`inference.inference_wrapper`), so a refused round changes none
+round for all three (:mod:`inference.wrappers.inference_wrapper`), so a refused round changes none
 of them.
 
 A round the wrappers refuse ends inference for the chunk of trials while the agent plays

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from inference.played_regret import WARN_RATIO
-from inference.round_check import SMALL_PROPENSITY
-from inference.weight_share import DESIGN_SHARE_LIMIT, SHARE_LIMIT
+from inference.cores.played_regret import WARN_RATIO
+from inference.cores.weight_share import DESIGN_SHARE_LIMIT, SHARE_LIMIT
+from inference.wrappers.round_check import SMALL_PROPENSITY
 from lrbandit_gym.experiments.coverage import format_coverage
 
 __all__ = [
@@ -207,9 +207,9 @@ class ValidationResult:
         (NaN for a policy without one); ``value_bias`` ``(checkpoints, trials)``, the ``V*``
         regret correction over its standard error (:meth:`InferenceStack.value_bias`, NaN
         without it); ``round_share`` ``(checkpoints, trials)``, the parameter intervals'
-        largest Lindeberg share over the arms (:mod:`inference.weight_share`, NaN without
+        largest Lindeberg share over the arms (:mod:`inference.cores.weight_share`, NaN without
         them); ``context_flag`` ``(checkpoints, trials)``, 1 where the context check
-        contradicts the law in use (:mod:`inference.context_check`);
+        contradicts the law in use (:mod:`inference.cores.context_check`);
         ``min_propensity`` (trials,), the smallest
         probability any arm had in any round of inference; ``min_chosen_propensity``
         (trials,), the smallest probability of an arm the policy chose; ``warm_start_ratio``
@@ -411,7 +411,7 @@ class ValidationResult:
         self, share: np.ndarray, what: str = "an arm's predictable", limit: float = SHARE_LIMIT
     ) -> str:
         """Per checkpoint, how many trials' parameter read-outs warned that one round holds
-        over :data:`~inference.weight_share.SHARE_LIMIT` of ``what`` variance (Lindeberg's
+        over :data:`~inference.cores.weight_share.SHARE_LIMIT` of ``what`` variance (Lindeberg's
         condition), and how the parameter intervals of the others covered."""
         parts = []
         for c, n in enumerate(self.arrays["checkpoints"]):
@@ -431,7 +431,7 @@ class ValidationResult:
 
     def _small_propensity_line(self, chosen: np.ndarray) -> str:
         """How many trials raised :class:`~inference.SmallPropensityWarning` (a chosen arm's
-        propensity below :data:`~inference.round_check.SMALL_PROPENSITY`) and how the
+        propensity below :data:`~inference.wrappers.round_check.SMALL_PROPENSITY`) and how the
         parameter intervals of the others covered: an interval either covers or says it may
         not."""
         small = chosen < SMALL_PROPENSITY

@@ -1,0 +1,182 @@
+"""The optimal value ``V*`` as an inference wrapper keeps it (:class:`ValueTracker`).
+
+Each round feeds :class:`~inference.OptimalValueInference` (Section 4) every arm's prediction
+before the round's update.  The read-out checks the regret of the greedy rules the estimate
+evaluates (:mod:`inference.cores.played_regret`, docs/method.md §10) against the one-step estimate
+of a parameter tracker of the same wrapper that shares the estimator, or of an own core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from agents.estimator import LowRankSGD
+from agents.state import sub_state
+from inference.cores.optimal_value import OptimalValueInference
+from inference.cores.played_regret import CORRECTIONS, RegretCorrection, correct_interval
+from inference.results import IntervalEstimate
+from inference.sequences import DEFAULT_TUNING_N
+from inference.wrappers.round_check import CheckedRound
+from inference.wrappers.tracker import Tracker
+from lrbandit_gym.rounds import Round
+
+__all__ = ["ValueTracker"]
+
+
+class ValueTracker(Tracker):
+    """Interval and test for ``V*``, fed round by round.
+
+    Parameters
+    ----------
+    shape, estimator, own
+        As for :class:`~inference.wrappers.tracker.Tracker`.
+    propensities : {"known", "estimated"}
+        As for :class:`~inference.OptimalValueInference`.
+    correction : {"auto", "regret", "none"}
+        As for :class:`~inference.ValueInference`.
+    regret_reservoir : int or None
+        Rounds the regret check keeps.
+    reference : ParameterTracker or None
+        A parameter tracker sharing the estimator, whose one-step estimate the regret
+        check reads (None: an own core).
+    """
+
+    info_key = "value_inference"
+
+    def __init__(
+        self,
+        shape,
+        estimator,
+        own,
+        *,
+        propensities: str,
+        correction: str,
+        regret_reservoir: int | None,
+        reference=None,
+    ) -> None:
+        if correction not in CORRECTIONS:
+            raise ValueError(f"correction must be one of {CORRECTIONS}; got {correction!r}")
+        super().__init__(shape, estimator, own)
+        self.core = OptimalValueInference(
+            self.n_actions, n_trials=self.n_trials, propensities=propensities
+        )
+        possible = isinstance(estimator, LowRankSGD) and self.core.propensities == "known"
+        if correction == "regret" and not possible:
+            raise ValueError(
+                "correction='regret' needs a LowRankSGD estimator and known propensities "
+                f"(got {type(estimator).__name__}, propensities={propensities!r}); pass "
+                "correction='none' for the paper's estimate"
+            )
+        #: "check" (the paper's V̂_n, its interval bias-aware with the estimated regret
+        #: of the greedy rules played, docs/method.md §10), "regret" (V̂_n plus that
+        #: regret) or "none" (the paper's V̂_n, unchecked).
+        self.correction = (
+            "none"
+            if correction == "none" or not possible
+            else "regret"
+            if correction == "regret"
+            else "check"
+        )
+        self.regret_check = (
+            RegretCorrection(self, regret_reservoir, reference)
+            if self.correction != "none"
+            else None
+        )
+
+    # ------------------------------------------------------------------ one round
+    def snapshot(self, checked: CheckedRound, fingerprint) -> Any:
+        pred = self.predictions(checked.contexts, fingerprint)
+        self.core.check_predictions(pred, checked.propensities)  # 1/(1 - e_t) must exist
+        if self.regret_check is None:
+            return pred, None
+        return pred, self.regret_check.snapshot(checked.contexts, checked.actions, fingerprint)
+
+    def stage(self, snapshot, round_: Round):
+        predictions, parts = snapshot
+        if self.regret_check is None:
+            return predictions, None
+        return predictions, self.regret_check.stage(parts, round_)
+
+    def commit(self, staged, round_: Round) -> None:
+        predictions, regret = staged
+        self.core.update(predictions, round_)
+        if self.regret_check is not None:
+            self.regret_check.absorb(regret, round_, predictions)
+
+    def restored(self) -> None:
+        if self.regret_check is not None:
+            self.regret_check.forget()
+
+    def running_info(self) -> dict[str, Any]:
+        n = self.core.n_obs
+        info: dict[str, Any] = {"n_obs": n}
+        if n:
+            info["estimate"] = self.core.estimate
+            info["standard_error"] = np.sqrt(self.core.S2_V / n)
+        return info
+
+    # ------------------------------------------------------------------ read-out
+    def played_regret(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(R̂_n, var)`` per trial, or None without the check (see
+        :meth:`inference.ValueInference.played_regret`)."""
+        if self.regret_check is None or not self.core.n_obs:
+            return None
+        return self.regret_check.regret(self.core.n_obs)
+
+    def _corrected(self, ci, level, kind, tuning_n, **extra) -> IntervalEstimate:
+        if self.regret_check is None or not self.core.n_obs:
+            return ci
+        regret, variance = self.regret_check.regret(self.core.n_obs)
+        return correct_interval(
+            ci,
+            regret,
+            variance,
+            shift=self.correction == "regret",
+            kind=kind,
+            tuning_n=tuning_n,
+            level=level,
+            batched=self.n_trials is not None,
+            **extra,
+        )
+
+    def interval(
+        self, confidence_level=0.95, *, kind="fixed", tuning_n=DEFAULT_TUNING_N
+    ) -> IntervalEstimate:
+        with self.one_warning():
+            ci = self.core.interval(confidence_level, kind=kind, tuning_n=tuning_n)
+        return self._corrected(ci, confidence_level, kind, tuning_n)
+
+    def test_greater(
+        self, v0, confidence_level=0.95, *, kind="fixed", tuning_n=DEFAULT_TUNING_N
+    ) -> IntervalEstimate:
+        with self.one_warning():
+            ci = self.core.test_greater(v0, confidence_level, kind=kind, tuning_n=tuning_n)
+        if self.regret_check is None or not self.core.n_obs:
+            return ci
+        v = np.broadcast_to(
+            np.asarray(v0, dtype=float), (1 if self.n_trials is None else self.n_trials,)
+        )
+        return self._corrected(
+            ci, confidence_level, kind, tuning_n, null_value=v, alternative="greater"
+        )
+
+    def results(self, confidence_level=0.95, *, kind="fixed", tuning_n=DEFAULT_TUNING_N):
+        return [("V*", self.interval(confidence_level, kind=kind, tuning_n=tuning_n))]
+
+    # ------------------------------------------------------------------ state
+    def extra_state(self) -> dict[str, Any]:
+        """The regret check's reservoir and own reference core (None without the check)."""
+        return {"regret": None if self.regret_check is None else self.regret_check.state_dict()}
+
+    def check_extra_state(self, state: Mapping[str, Any]) -> Any:
+        regret = state.get("regret")
+        if regret is not None and "rules" not in regret:  # the flat layout of save_state
+            regret = {"rules": sub_state(regret, "rules"), "own": sub_state(regret, "own")}
+        return None if self.regret_check is None else self.regret_check.check_state(regret)
+
+    def apply_extra_state(self, checked: Any) -> None:
+        if checked is not None:
+            self.regret_check.apply_state(checked)

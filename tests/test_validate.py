@@ -371,3 +371,27 @@ def test_progress_bar_grows_when_the_warm_start_extends(capsys):
     assert bar.bar.n == bar.bar.total == 130
     bar.close()
     assert "130/130" in capsys.readouterr().err
+
+
+def test_the_verdict_names_the_lindeberg_check_where_it_fires_in_most_trials():
+    """Softmax at a low temperature leaves one round holding most of an arm's predictable
+    variance in every trial: the verdict line says the Lindeberg check warned, and in how
+    many trials, whatever the coverage; ε-greedy's verdict does not mention it."""
+    from inference.weight_share import SHARE_LIMIT
+
+    heavy = validate(
+        TINY, policy="softmax", policy_kwargs={"temperature": 0.02}, targets="entry", n=(60,),
+        trials=16, batch_size=8, progress=False,
+    )  # fmt: skip
+    warned = (heavy.arrays["round_share"] > SHARE_LIMIT).any(axis=0).mean()
+    assert warned > 0.5
+    assert f"Lindeberg check (SmallPropensityWarning: one round above {SHARE_LIMIT:g}" in (
+        heavy.verdict
+    )
+    assert f"in {warned:.0%} of trials" in heavy.verdict
+    assert heavy.verdict.startswith(heavy.status)
+    quiet = validate(
+        TINY, policy_kwargs={"epsilon": 0.1}, targets="entry", n=(60,), trials=16,
+        batch_size=8, progress=False,
+    )  # fmt: skip
+    assert "Lindeberg" not in quiet.verdict and "warned" not in quiet.verdict

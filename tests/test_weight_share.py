@@ -1,6 +1,6 @@
 """The Lindeberg check (inference.weight_share): a read-out warns where one round holds over
-a tenth of its quantity's predictable variance, and only there; the running arrays survive
-a save and load, and a state saved without them loads and stays silent."""
+a quarter of its quantity's predictable variance (SHARE_LIMIT), and only there; the running
+arrays survive a save and load, and a state saved without them loads and stays silent."""
 
 from __future__ import annotations
 

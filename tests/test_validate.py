@@ -396,3 +396,23 @@ def test_the_verdict_names_the_lindeberg_check_where_it_fires_in_most_trials():
         batch_size=8, progress=False,
     )  # fmt: skip
     assert "Lindeberg" not in quiet.verdict and "warned" not in quiet.verdict
+
+
+def test_the_verdict_counts_warned_trials_and_chunks():
+    """The verdict names a per-trial warning fired at any checkpoint in over 5% of trials,
+    and the warm-start warning by the share of chunks that raised it (whichever message)."""
+    from agents.warm_start.check import WarmStartWarning
+    from lrbandit_gym.experiments.validate_warnings import warned_verdict
+
+    arrays = {"round_share": np.zeros((2, 20)), "context_flag": np.zeros((2, 20))}
+    arrays["context_flag"][1, :4] = 1.0  # 4 of 20 trials, at the second checkpoint
+    chunks = [[(WarmStartWarning, "arm 0")], [(WarmStartWarning, "arms 0, 1")], [], []]
+    line = warned_verdict("VALID", "VALID: x", arrays, chunks)
+    assert line.startswith("VALID: x; but warned: ")
+    assert "the context check (ContextLawWarning) in 20% of trials" in line
+    assert "the warm-start check (WarmStartWarning) in 50% of chunks" in line
+    assert "Lindeberg" not in line
+    assert warned_verdict("FAILED", "FAILED: x", arrays, chunks) == "FAILED: x"
+    arrays["context_flag"][:] = 0.0
+    arrays["context_flag"][0, 0] = 1.0  # 1 of 20 trials: 5%, not above
+    assert warned_verdict("UNDER-COVERS", "UNDER-COVERS: x", arrays, []) == "UNDER-COVERS: x"

@@ -470,7 +470,7 @@ def run_validation(
     for category, message, count in counted:
         messages.append(f"{message} [{category.__name__}, {count} of {len(ran.results)} chunk(s)]")
         warnings.warn(message, category, stacklevel=2)
-    line = warned_verdict(status, line, arrays, counted, len(ran.results))
+    line = warned_verdict(status, line, arrays, [c["warnings"] for c in ran.results])
     result = ValidationResult(
         setting=setting,
         rows=rows,

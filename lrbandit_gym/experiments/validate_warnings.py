@@ -28,17 +28,16 @@ def warned_verdict(
     status: str,
     line: str,
     arrays: dict[str, np.ndarray],
-    counted: Sequence[tuple[type, str, int]] = (),
-    chunks: int = 1,
+    chunk_warnings: Sequence[Sequence[tuple[type, str]]] = (),
 ) -> str:
     """The verdict ``line`` with the warnings the trials raised in more than
     :data:`WARNED_SHARE` of them: the Lindeberg check (a parameter read-out's share above
     :data:`~inference.weight_share.SHARE_LIMIT` at some checkpoint), the context check, and
-    the chunk-level ``WarmStartWarning`` (``counted``: the run's warnings as
-    :func:`~lrbandit_gym.experiments.run_warnings.count_warnings` gives them, over
-    ``chunks`` chunks).  A ``VALID`` or ``OVER-COVERS`` verdict under such a warning
-    holds at the run's resolution only: the warned intervals may under-cover by less than
-    its band."""
+    the chunk-level ``WarmStartWarning`` (``chunk_warnings``: each chunk's recorded
+    ``(category, message)`` pairs, from
+    :func:`~lrbandit_gym.experiments.run_warnings.recorded_warnings`).  A ``VALID`` or
+    ``OVER-COVERS`` verdict under such a warning holds at the run's resolution only: the
+    warned intervals may under-cover by less than its band."""
     if status not in ("VALID", "OVER-COVERS", "UNDER-COVERS"):
         return line
     found = []
@@ -58,9 +57,8 @@ def warned_verdict(
         share = float(np.mean((values > limit).any(axis=0)))
         if share > WARNED_SHARE:
             found.append(f"{name} in {share:.0%} of trials")
-    share = max(
-        (n / chunks for c, _, n in counted if c.__name__ == "WarmStartWarning"), default=0.0
-    )
+    raised = [any(c.__name__ == "WarmStartWarning" for c, _ in chunk) for chunk in chunk_warnings]
+    share = float(np.mean(raised)) if raised else 0.0
     if share > WARNED_SHARE:
         found.append(f"the warm-start check (WarmStartWarning) in {share:.0%} of chunks")
     if not found:

@@ -19,6 +19,7 @@ from inference import (
     analyze,
 )
 from inference.cores.played_regret import PlayedRules
+from inference.cores.weight_share import SHARE_LIMIT
 from lrbandit_gym import Decision
 from lrbandit_gym.experiments.montecarlo import plan_chunks
 from lrbandit_gym.logs import LogFormatError, RecordRounds, validate_log
@@ -197,15 +198,15 @@ def test_a_policy_difference_checks_both_policies_whichever_comes_first():
 
 
 def test_an_arm_difference_warns_on_the_larger_share_not_the_mean():
-    """Arm 1's share is about 0.15 (one round of propensity 0.0095 among 299 of 1/2), arm
+    """Arm 1's share is about 0.4 (one round of propensity 1/400 among 299 of 1/2), arm
     0's about 0.003: the difference warns, as arm 1's interval does; the mean of the two
-    (0.08) would not."""
+    (0.2, below SHARE_LIMIT) would not."""
     T = np.zeros((4, 3))
     T[0, 0] = 1.0
     core = LinearFormInference(4, 3, 1, 2, {"T": T})
     rng = np.random.default_rng(0)
     U, V = rng.standard_normal((2, 4, 1)), rng.standard_normal((2, 3, 1))
-    rare = 1 / 105.5
+    rare = 1 / 400
     for t in range(300):
         X = rng.standard_normal((4, 3))
         if t == 150:
@@ -214,7 +215,7 @@ def test_an_arm_difference_warns_on_the_larger_share_not_the_mean():
             a = int(rng.integers(2))
             core.update(U, V, X, a, rng.standard_normal(), np.array([0.5, 0.5]))
     shares = core.round_shares().ravel()
-    assert 0.12 < shares[1] < 0.18 and shares[0] < 0.01 and shares.mean() < 0.1
+    assert 0.35 < shares[1] < 0.45 and shares[0] < 0.01 and shares.mean() < SHARE_LIMIT
     with pytest.warns(SmallPropensityWarning, match="too uneven") as record:
         core.difference(0, 1, "T")
     assert any("weights 1/pi_t too uneven" in str(w.message) for w in record)

@@ -62,8 +62,10 @@ def default_reservoir_size(d1: int, d2: int, n_trials: int | None, completion: b
 
 
 class ValueBiasWarning(UserWarning):
-    """The ``V*`` interval may not cover: the estimated regret of the greedy rules played
-    is large against the interval's standard error (docs/method.md §10)."""
+    """The paper's ``V*`` interval, kept without the allowance for the regret of the greedy
+    rules played, may not cover: that regret is large against its standard error
+    (docs/method.md §10).  The bias-aware intervals (``correction="auto"`` or
+    ``"regret"``) allow for it and do not warn."""
 
 
 class PlayedRules:
@@ -227,15 +229,15 @@ def played_regret(reference: np.ndarray, rules: PlayedRules, n_obs: int):
 
 
 #: Choices of ``correction`` for the ``V*`` interval: "auto" keeps the paper's ``V̂_n`` and
-#: makes the interval bias-aware with ``R̂_n`` (and warns where ``R̂_n`` exceeds
-#: :data:`WARN_RATIO` standard errors) where the wrapper can compute it (a low-rank
+#: makes the interval bias-aware with ``R̂_n`` where the wrapper can compute it (a low-rank
 #: estimator and known propensities); "regret" adds ``R̂_n`` to the estimate; "none" is the
-#: paper's ``V̂_n`` without the check.
+#: paper's ``V̂_n`` without the allowance.
 CORRECTIONS = ("auto", "regret", "none")
 
-#: ``R̂_n`` above this many standard errors of ``V*`` raises :class:`ValueBiasWarning` (and,
-#: with ``correction="regret"``, makes the interval bias-aware): a bias of half a standard
-#: error would take a symmetric 95% interval to about 92%.
+#: ``R̂_n`` above this many standard errors of ``V*`` makes the interval bias-aware with
+#: ``correction="regret"``, and raises :class:`ValueBiasWarning` on an interval without the
+#: allowance (``aware=False`` in :func:`correct_interval`): a bias of half a standard error
+#: takes a symmetric 95% interval to about 92%.
 WARN_RATIO = 0.5
 
 #: A trial whose logging propensities fell below this (weights ``1/π`` above 200) is not
@@ -364,7 +366,9 @@ class RegretCorrection:
             self._feed.forget()
 
 
-def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batched, **extra):
+def correct_interval(
+    ci, regret, variance, *, shift, kind, tuning_n, level, batched, aware=True, **extra
+):
     """The ``V*`` read-out ``ci`` (the paper's) read against ``R̂_n`` (docs/method.md §10).
 
     ``shift=False`` (the default, ``correction="auto"``): the estimate stays the paper's
@@ -380,9 +384,13 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
     p-value the larger of the two.  ``shift=True`` (``correction="regret"``): ``R̂_n`` is
     added to the estimate and its sampling variance to the squared standard error, and the
     interval is bias-aware only where ``R̂_n`` exceeds :data:`WARN_RATIO` standard errors.
-    Either way a :class:`ValueBiasWarning` names the trials where ``R̂_n`` exceeds
-    :data:`WARN_RATIO` standard errors: there ``V̂_n`` sits visibly below ``V*`` and the
-    interval is visibly asymmetric.
+    Either way the interval allows for the regret, and nothing is warned: the ``method``
+    says what was done, and in how many trials the regret could not be read (their
+    interval is the paper's).
+
+    ``aware=False`` keeps the paper's interval (``shift`` must then be False) and raises one
+    :class:`ValueBiasWarning` naming the trials where ``R̂_n`` exceeds :data:`WARN_RATIO`
+    standard errors: there ``V̂_n`` sits visibly below ``V*`` and nothing allows for it.
     """
     import dataclasses
 
@@ -390,6 +398,8 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
     from inference.results import finish_array
     from inference.sequences import kind_interval
 
+    if shift and not aware:
+        raise ValueError("correct_interval: shift=True makes the interval bias-aware")
     est = np.atleast_1d(np.asarray(ci.estimate, dtype=float))
     se = np.atleast_1d(np.asarray(ci.standard_error, dtype=float))
     skipped = np.isnan(regret) & np.isfinite(est)
@@ -397,9 +407,18 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
     total = np.sqrt(se * se + variance)
     ratio = regret / total
     large = ratio > WARN_RATIO
+    if not aware:
+        _warn_unallowed(regret, ratio, large, batched)
+        method = ci.method.split("; anytime")[0] + (
+            "; without the allowance for the estimated regret of the greedy rules played"
+            " (docs/method.md §10)"
+        )
+        if kind == "sequence":
+            method += f"; anytime-valid asymptotic confidence sequence tuned at n = {tuning_n}"
+        return dataclasses.replace(ci, method=method)
     # Where the interval runs to the corrected upper end: every checked trial by default,
     # only where the regret is large when the estimate itself is corrected.
-    aware = large if shift else (regret > 0)
+    widened = large if shift else (regret > 0)
     base = ci.method.split("; anytime")[0]
     if shift:
         base += "; corrected by the estimated regret of the greedy rules played"
@@ -413,6 +432,15 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
     else:
         base += "; bias-aware: from the paper's lower end to the upper end corrected by"
         method = base + " the estimated regret of the greedy rules played (docs/method.md §10)"
+    if not shift and large.any():
+        # What the allowance amounts to, where V̂_n sits visibly below V*.
+        i = int(np.argmax(np.where(np.isfinite(ratio), ratio, -np.inf)))
+        method += (
+            f"; estimated regret above {WARN_RATIO:g} standard errors in {int(large.sum())} of "
+            f"{large.size} trials (largest {ratio[i]:.2f})"
+            if batched
+            else f"; estimated regret {ratio[i]:.2f} standard errors"
+        )
     if skipped.any():
         n_skip = f"{int(skipped.sum())} of {skipped.size} trials" if batched else "this run"
         method += (
@@ -433,25 +461,7 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
         **extra,
     )
     out = shifted if shift else dataclasses.replace(ci, method=method)
-    if large.any():
-        i = int(np.argmax(np.where(np.isfinite(ratio), ratio, -np.inf)))
-        where = (
-            f" in {int(large.sum())} of {large.size} trials (largest: trial {i})" if batched else ""
-        )
-        warnings.warn(
-            f"the V* estimate is biased low: the greedy rules played have an estimated regret "
-            f"of {regret[i]:.3g} = {ratio[i]:.2f} standard errors{where}, so V_hat may sit "
-            "below V* by about that much. The interval allows for it (V* between V_hat and "
-            "V_hat + regret, docs/method.md §10), at the price of width. "
-            "Lengthen the warm start (warm_start=: the SGD's step is capped to continue "
-            "its average), lower the step (step_gain=), explore more (epsilon=), or read "
-            "the value "
-            "of the rules actually played, which is covered whatever their regret: "
-            "PolicyEvaluation(env, {'greedy': 'greedy'}, estimator=...)",
-            ValueBiasWarning,
-            stacklevel=4,
-        )
-    if not aware.any():
+    if not widened.any():
         return out
     mine = {f: np.atleast_1d(np.asarray(getattr(out, f), dtype=float)) for f in _BOUNDS}
     if kind == "fixed" and extra.get("alternative", "two-sided") == "two-sided":
@@ -469,7 +479,25 @@ def correct_interval(ci, regret, variance, *, shift, kind, tuning_n, level, batc
             paper = np.atleast_1d(np.asarray(getattr(ci, f), dtype=float))
             found[f] = combine(a, paper)
     return dataclasses.replace(
-        out, **{f: finish_array(np.where(aware, found[f], mine[f]), batched) for f in _BOUNDS}
+        out, **{f: finish_array(np.where(widened, found[f], mine[f]), batched) for f in _BOUNDS}
+    )
+
+
+def _warn_unallowed(regret, ratio, large, batched) -> None:
+    """One :class:`ValueBiasWarning` for the trials of an interval without the allowance
+    whose ``R̂_n`` exceeds :data:`WARN_RATIO` standard errors: what, by how much, the knob."""
+    if not large.any():
+        return
+    i = int(np.argmax(np.where(np.isfinite(ratio), ratio, -np.inf)))
+    where = (
+        f" (in {int(large.sum())} of {large.size} trials; largest: trial {i})" if batched else ""
+    )
+    warnings.warn(
+        f"the V* interval may not cover: the greedy rules played have an estimated regret of "
+        f"{regret[i]:.3g} = {ratio[i]:.2f} standard errors{where}, and V_hat sits below V* by "
+        "about that much. correction='auto' (the default) allows for it (docs/method.md §10).",
+        ValueBiasWarning,
+        stacklevel=5,
     )
 
 

@@ -19,9 +19,11 @@ interval describes.  The share is observable at every read-out, costs two runnin
 and does not depend on whether the rare arm was pulled: it flags the design, not the luck
 of the draw.
 
-:data:`SHARE_LIMIT` = 0.1 (one round holding a tenth of the total: the interval rests on
-fewer than ten rounds' worth of variance) lies far above bounded designs and far below
-softmax at a low temperature; docs/method.md §8 gives the shares measured in the grid.
+:data:`SHARE_LIMIT` = 0.25 (one round holding a quarter of the total: the interval rests on
+fewer than four rounds' worth of variance) lies far above bounded designs, above the shares
+that softmax at a moderate temperature reaches where its intervals are calibrated, and
+below those of softmax at a low temperature, where they under-cover; docs/method.md §8 gives
+the shares measured in the grid.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ __all__ = ["DESIGN_SHARE_LIMIT", "SHARE_LIMIT", "WeightShare", "warn_heavy_round
 
 #: Largest share (L) of one round in a quantity's predictable variance that a read-out
 #: accepts without a :class:`~inference.results.SmallPropensityWarning`.
-SHARE_LIMIT = 0.1
+SHARE_LIMIT = 0.25
 #: The level at which ``lrbandit validate`` counts a parameter's realized design terms
 #: (``Ŝ²``) as held by one round: ε-greedy's exploration rounds (weight ``K/ε``) hold
 #: shares near 0.12 where every interval covers, and shares above one half occur both
@@ -166,12 +168,10 @@ def warn_heavy_rounds(
     where = f" in {int(heavy.sum())} of {heavy.size} trials (largest: trial {i})" if batched else ""
     warnings.warn(
         SmallPropensityWarning(
-            f"{what}: one of its {n} rounds holds {share[i]:.0%} of the estimate's "
-            f"predictable variance{where}: too few rounds, or weights 1/pi_t too uneven (a "
-            "propensity close to zero). The normal approximation behind the interval needs "
-            "every round's share to vanish (Lindeberg's condition, docs/method.md §8); above "
-            f"{SHARE_LIMIT:.0%} the interval may under-cover. Read it after more rounds, or "
-            f"{advice}"
+            f"{what} may under-cover: one of its {n} rounds holds {share[i]:.0%} of the "
+            f"estimate's predictable variance{where}, above {SHARE_LIMIT:.0%} (weights 1/pi_t "
+            "too uneven, or too few rounds: Lindeberg's condition, docs/method.md §8). "
+            f"{advice[:1].upper()}{advice[1:]}"
         ),
         stacklevel=stacklevel,
     )

@@ -104,8 +104,8 @@ class _ValueInferenceBase(InferenceWrapperBase):
 
         By default the estimate is the paper's ``V̂_n`` and the interval is bias-aware: ``V*``
         between ``V̂_n`` and ``V̂_n + R̂_n``, with ``R̂_n`` the estimated regret of
-        the greedy rules played; where ``R̂_n`` exceeds half a standard error a
-        :class:`~inference.ValueBiasWarning` says so.  ``correction="regret"`` adds ``R̂_n``
+        the greedy rules played; it allows for the regret, so it does not warn, and its
+        ``method`` says how large the regret is.  ``correction="regret"`` adds ``R̂_n``
         to the estimate (docs/method.md §10)."""
         return self.tracker.interval(confidence_level, kind=kind, tuning_n=tuning_n)
 
@@ -136,8 +136,7 @@ class ValueInference(_ValueInferenceBase, gym.Wrapper, RecordConstructorArgs):
     (Appendix A: the pmf is an estimate, e.g. an ensemble's model fractions);
     ``correction``: "auto" (default) keeps the paper's ``V̂_n`` and makes the interval
     bias-aware with the estimated regret ``R̂_n`` of the greedy rules it evaluates (up to
-    the corrected upper end; :class:`~inference.ValueBiasWarning` where ``R̂_n`` exceeds
-    half a standard error);
+    the corrected upper end; its ``method`` says how large ``R̂_n`` is);
     "regret" adds ``R̂_n`` to the estimate; "none" is the paper's estimate unchecked.
     ``R̂_n`` is read against the one-step estimate of a
     :class:`ParameterInference` below that shares the estimator (or of an own core) on a

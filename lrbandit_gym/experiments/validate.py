@@ -74,6 +74,7 @@ from lrbandit_gym.experiments.validate_setting import (
 )
 from lrbandit_gym.experiments.validate_stack import InferenceStack
 from lrbandit_gym.experiments.validate_uniform import UniformReader, uniform_verdict
+from lrbandit_gym.experiments.validate_warnings import warned_verdict
 
 __all__ = [
     "check_setting",
@@ -465,10 +466,11 @@ def run_validation(
     if failure is not None:
         status, line = "FAILED", failure
     flag_cells(rows, level)
-    messages = []
-    for category, message, count in count_warnings(c["warnings"] for c in ran.results):
+    messages, counted = [], count_warnings(c["warnings"] for c in ran.results)
+    for category, message, count in counted:
         messages.append(f"{message} [{category.__name__}, {count} of {len(ran.results)} chunk(s)]")
         warnings.warn(message, category, stacklevel=2)
+    line = warned_verdict(status, line, arrays, [c["warnings"] for c in ran.results])
     result = ValidationResult(
         setting=setting,
         rows=rows,

@@ -135,7 +135,8 @@ class InferenceStack:
 
     def value_bias(self) -> np.ndarray:
         """``R̂_n`` over the corrected ``V*`` interval's standard error per trial, ``(B,)``
-        (NaN without ``V*`` or its correction): above 1 the wrapper warns."""
+        (NaN without ``V*`` or its correction): above ``WARN_RATIO`` the paper's interval
+        would raise ``ValueBiasWarning``; the default interval allows for it."""
         found = None if self.value is None else self.value.played_regret()
         if found is None:
             return np.full(self.env.num_envs, np.nan)

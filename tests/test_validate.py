@@ -9,10 +9,10 @@ import pytest
 
 from lrbandit_gym.experiments.cli import main
 from lrbandit_gym.experiments.cli.validate_config import load_config
-from lrbandit_gym.experiments.validate import check_setting, run_validation, validate
-from lrbandit_gym.experiments.validate_grid import GRID
-from lrbandit_gym.experiments.validate_report import verdict
-from lrbandit_gym.experiments.validate_setting import (
+from lrbandit_gym.experiments.validate.grid import GRID
+from lrbandit_gym.experiments.validate.report import verdict
+from lrbandit_gym.experiments.validate.run import check_setting, run_validation, validate
+from lrbandit_gym.experiments.validate.setting import (
     SettingError,
     ValidationSetting,
     load_targets,
@@ -363,7 +363,7 @@ def test_out_folder_holds_every_trial_and_step_gain_reaches_the_policy(tmp_path,
 def test_progress_bar_grows_when_the_warm_start_extends(capsys):
     """The planned rounds use the sizing rule's warm start; where the default warm start
     extends, the bar's total grows with the rounds instead of running past 100%."""
-    from lrbandit_gym.experiments.validate import _round_bar
+    from lrbandit_gym.experiments.validate.run import _round_bar
 
     bar = _round_bar(100, trials=4, n_chunks=2, progress=True)
     bar.update(60)

@@ -13,7 +13,7 @@ d, trials, rounds, warm = (8, 8, 400, 100) if small else (20, 40, 1500, 400)
 
 # --- the ten lines ---
 from agents import EpsilonGreedy, LinearEpsilonGreedy, Oracle, Softmax, UniformRandom  # noqa: E402
-from lrbandit_gym.experiments.compare.run import compare  # noqa: E402
+from lrbandit_gym.experiments.compare import compare  # noqa: E402
 
 agents = {
     "eps-greedy": lambda env, seed: EpsilonGreedy(env, rank=2, warm_start=warm, seed=seed),

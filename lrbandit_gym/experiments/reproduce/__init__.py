@@ -1,7 +1,8 @@
 """``lrbandit reproduce``: the paper's simulation studies from one command.
 
 :mod:`.run` runs a study; :mod:`.outputs` the files it writes, :mod:`.tables` what it
-reports, :mod:`.timing` how it is timed.
+reports beside :mod:`.paper_numbers`, the paper's, :mod:`.sequence_figures` the figures of
+its confidence sequences, :mod:`.timing` how it is timed.
 """
 
 from lrbandit_gym.experiments.reproduce.outputs import (
@@ -14,6 +15,12 @@ from lrbandit_gym.experiments.reproduce.outputs import (
     save_raw,
     write_figures,
 )
+from lrbandit_gym.experiments.reproduce.paper_numbers import (
+    PAPER,
+    PAPER_ENSEMBLE,
+    PAPER_TABLE2,
+    paper_references,
+)
 from lrbandit_gym.experiments.reproduce.run import (
     STUDIES,
     STUDY_DEFAULTS,
@@ -23,6 +30,11 @@ from lrbandit_gym.experiments.reproduce.run import (
     run_settings,
     study_configs,
     write_outputs,
+)
+from lrbandit_gym.experiments.reproduce.sequence_figures import (
+    sequence_figure,
+    uniform_figure,
+    uniform_figures,
 )
 from lrbandit_gym.experiments.reproduce.tables import (
     print_ensemble,
@@ -41,6 +53,9 @@ from lrbandit_gym.experiments.reproduce.timing import (
 
 __all__ = [
     "FIGURE_KINDS",
+    "PAPER",
+    "PAPER_ENSEMBLE",
+    "PAPER_TABLE2",
     "STUDIES",
     "STUDY_DEFAULTS",
     "StudyRun",
@@ -49,6 +64,7 @@ __all__ = [
     "figure_prefix",
     "load_raw",
     "output_patterns",
+    "paper_references",
     "phase_breakdown",
     "phase_line",
     "print_ensemble",
@@ -60,10 +76,13 @@ __all__ = [
     "run_timed_setting",
     "run_versions",
     "save_raw",
+    "sequence_figure",
     "study_configs",
     "study_diagnostics",
     "study_rounds",
     "study_rows",
+    "uniform_figure",
+    "uniform_figures",
     "write_figures",
     "write_outputs",
 ]

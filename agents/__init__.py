@@ -2,10 +2,11 @@
 policies that report, with every action, the exact probability of every arm.
 
 The names here are the ones a user builds: the estimator, the policies (each returns a
-:class:`Decision`), the warm start, the stable-baselines3 agent and the play loop (:func:`play`).  The rest lives in
-its module's own ``__all__``: :mod:`agents.base` (``PolicyBase``, ``problem_shape``,
-``sample_actions``), :mod:`agents.low_rank` (``LowRankPolicy``), :mod:`agents.warm_start`
-(the stores, the fits, ``default_warm_start_rounds``), :mod:`agents.state` (saving).
+:class:`Decision`), the warm start, the stable-baselines3 agent, and the loop that plays a
+policy on an env (:func:`play`). The rest lives in its module's own ``__all__``:
+:mod:`agents.base` (``PolicyBase``, ``problem_shape``, ``sample_actions``),
+:mod:`agents.low_rank` (``LowRankPolicy``), :mod:`agents.warm_start` (the stores, the fits,
+``default_warm_start_rounds``), :mod:`agents.state` (saving).
 """
 
 from agents.base import Decision, Policy

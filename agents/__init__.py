@@ -2,10 +2,11 @@
 policies that report, with every action, the exact probability of every arm.
 
 The names here are the ones a user builds: the estimator, the policies (each returns a
-:class:`Decision`), the warm start and the stable-baselines3 agent.  The rest lives in
-its module's own ``__all__``: :mod:`agents.base` (``PolicyBase``, ``problem_shape``,
-``sample_actions``), :mod:`agents.low_rank` (``LowRankPolicy``), :mod:`agents.warm_start`
-(the stores, the fits, ``default_warm_start_rounds``), :mod:`agents.state` (saving).
+:class:`Decision`), the warm start, the stable-baselines3 agent, and the loop that plays a
+policy on an env (:func:`play`). The rest lives in its module's own ``__all__``:
+:mod:`agents.base` (``PolicyBase``, ``problem_shape``, ``sample_actions``),
+:mod:`agents.low_rank` (``LowRankPolicy``), :mod:`agents.warm_start` (the stores, the fits,
+``default_warm_start_rounds``), :mod:`agents.state` (saving).
 """
 
 from agents.base import Decision, Policy
@@ -14,6 +15,7 @@ from agents.ensemble import EnsembleSampling
 from agents.estimator import LowRankSGD
 from agents.forced_exploration import ForcedExploration
 from agents.low_rank import EpsilonGreedy, Softmax
+from agents.play import play
 from agents.sb3 import SB3Agent
 from agents.warm_start import WarmStart
 
@@ -30,4 +32,5 @@ __all__ = [
     "Softmax",
     "UniformRandom",
     "WarmStart",
+    "play",
 ]

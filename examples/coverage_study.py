@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 import lrbandit_gym  # noqa: F401
-from agents import EpsilonGreedy
+from agents import EpsilonGreedy, play
 from inference import VectorParameterInference, VectorValueInference
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -41,12 +41,7 @@ agent = EpsilonGreedy(venv, rank=rank, epsilon=0.1, warm_start=warm_start, seed=
 params = VectorParameterInference(venv, {"T1": T1}, estimator=agent.estimator)
 env = VectorValueInference(params, estimator=agent.estimator)
 
-obs, _ = env.reset(seed=0)
-for _ in range(warm_start + online):
-    decision = agent.act(obs)  # actions and propensities of every trial, shapes (B,), (B, K)
-    next_obs, rewards, *_ = env.step(decision)
-    agent.update(obs, decision, rewards)
-    obs = next_obs
+play(env, agent, warm_start + online, seed=0)  # every trial acts, steps and learns at once
 
 truth = env.unwrapped.linear_form(T1)  # (K,): the truth is shared by the trials
 mc_se = np.sqrt(0.95 * 0.05 / trials)

@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 import lrbandit_gym  # noqa: F401  (registers MatrixContextBandit-v0)
-from agents import EpsilonGreedy
+from agents import EpsilonGreedy, play
 from inference import ParameterInference, ValueInference
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -28,12 +28,7 @@ agent = EpsilonGreedy(env, rank=rank, epsilon=0.1, warm_start=warm_start, seed=0
 params = ParameterInference(env, {"T1": T1}, estimator=agent.estimator)
 env = ValueInference(params, estimator=agent.estimator)
 
-obs, _ = env.reset(seed=0)
-for _ in range(warm_start + online):
-    decision = agent.act(obs)
-    next_obs, reward, *_ = env.step(decision)
-    agent.update(obs, decision, reward)
-    obs = next_obs
+play(env, agent, warm_start + online, seed=0)  # act, step, update, round after round
 
 print(params.summary())
 print(env.summary())

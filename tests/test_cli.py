@@ -13,7 +13,7 @@ import pytest
 
 from lrbandit_gym import engine
 from lrbandit_gym.experiments.cli import main
-from lrbandit_gym.experiments.reproduce import reproduce
+from lrbandit_gym.experiments.reproduce.run import reproduce
 from lrbandit_gym.experiments.studies import StudyConfig, run_study
 
 _DEMO_ROW = re.compile(
@@ -154,7 +154,7 @@ def test_table1_projection_comparison_and_table2_ranks_on_request(tmp_path):
     """table1 runs the paper's G_t only with compare_projection, and the comparison leaves
     our intervals unchanged; table2 runs the ranks asked for (r = 3 is table1's setting),
     with the paper's column only where the paper has one."""
-    from lrbandit_gym.experiments.reproduce import _configs
+    from lrbandit_gym.experiments.reproduce.run import _configs
 
     assert _configs("table1", (30,))["r=3"].variants == ()
     assert _configs("table1", (30,), compare_projection=True)["r=3"].variants == ("paper",)

@@ -48,7 +48,7 @@ def _table_row(cell, n=60, quantity="<M_0, e11>"):
 
 
 def test_validate_table_and_verdict_show_the_interval():
-    from lrbandit_gym.experiments.validate_report import ValidationResult, verdict
+    from lrbandit_gym.experiments.validate.report import ValidationResult, verdict
 
     cell = _all_covering_cell(20)
     rows = [_table_row(cell)]
@@ -78,7 +78,7 @@ def test_validate_table_and_verdict_show_the_interval():
 def test_verdict_band_is_wilsons_score_test():
     """A cell is flagged exactly when the nominal level lies outside its Wilson interval at
     the Bonferroni level: the rule behaves at 0 and 1."""
-    from lrbandit_gym.experiments.validate_report import FAMILY_LEVEL, cell_flag
+    from lrbandit_gym.experiments.validate.report import FAMILY_LEVEL, cell_flag
 
     trials, m, level = 40, 3, 0.95
     bonferroni = 1 - (1 - FAMILY_LEVEL) / m
@@ -249,8 +249,8 @@ def test_test_greater_refuses_a_threshold_that_is_not_a_real_number(v0):
 
 
 def _fake_result(status):
-    from lrbandit_gym.experiments.validate_report import ValidationResult
-    from lrbandit_gym.experiments.validate_setting import ValidationSetting
+    from lrbandit_gym.experiments.validate.report import ValidationResult
+    from lrbandit_gym.experiments.validate.setting import ValidationSetting
 
     cell = _all_covering_cell(20)
     return ValidationResult(
@@ -280,8 +280,8 @@ def _fake_result(status):
 )
 def test_validate_exits_non_zero_unless_the_verdict_is_valid(status, code, monkeypatch, capsys):
     """A FAILED verdict used to exit 0."""
-    from lrbandit_gym.experiments import validate
     from lrbandit_gym.experiments.cli import main
+    from lrbandit_gym.experiments.validate import run as validate
 
     monkeypatch.setattr(validate, "run_validation", lambda *a, **k: _fake_result(status))
     assert main(["validate", "--no-progress"]) == code
@@ -309,7 +309,9 @@ def test_figures_without_matplotlib_exits_1_with_the_install_command(tmp_path, c
 # --------------------------------------------------------------------------- items 8 and 11
 def _refuse_to_run(monkeypatch):
     """Make every run fail loudly: a check that must come first is then proven to."""
-    from lrbandit_gym.experiments import compare, reproduce_timing, validate
+    from lrbandit_gym.experiments.compare import run as compare
+    from lrbandit_gym.experiments.reproduce import timing as reproduce_timing
+    from lrbandit_gym.experiments.validate import run as validate
 
     def ran(*args, **kwargs):
         raise AssertionError("the run started before its outputs were checked")
@@ -370,8 +372,8 @@ def test_validate_config_out_outside_its_folder_is_refused(out, tmp_path, capsys
 
 
 def test_validate_out_is_a_folder_and_is_not_overwritten(tmp_path, capsys, monkeypatch):
-    from lrbandit_gym.experiments import validate
     from lrbandit_gym.experiments.cli import main
+    from lrbandit_gym.experiments.validate import run as validate
 
     err = _usage_error(["validate", "--out", str(tmp_path / "v.csv")], capsys)
     assert "--out is a folder" in err and "validate.csv" in err
@@ -406,7 +408,7 @@ def test_reproduce_refuses_an_earlier_runs_files_and_removes_stale_ones(tmp_path
     assert json.loads((tmp_path / "table3.json").read_text())["run"]["seed"] == 5
     with np.load(tmp_path / "table3.npz") as data:
         assert json.loads(str(data["metadata"]))["settings"]["n"] == [40]
-    from lrbandit_gym.experiments.reproduce_outputs import load_raw
+    from lrbandit_gym.experiments.reproduce.outputs import load_raw
 
     study, results = load_raw(tmp_path / "table3.npz")
     assert study == "table3" and list(results) == ["r=3"]
@@ -417,7 +419,7 @@ def test_figures_refuse_to_overwrite_and_carry_the_stamp(tmp_path, capsys):
     from PIL import Image
 
     from lrbandit_gym.experiments.cli import main
-    from lrbandit_gym.experiments.reproduce import reproduce
+    from lrbandit_gym.experiments.reproduce.run import reproduce
 
     reproduce("ensemble", trials=4, n=(20, 40), seed=1, out=tmp_path, jobs=1, batch_size=2)
     png = tmp_path / "ensemble_coverage.png"
@@ -477,7 +479,7 @@ def test_writes_are_atomic(tmp_path):
 
 
 def test_bench_completion_coverage_rows_carry_the_wilson_interval():
-    from lrbandit_gym.experiments.bench_completion import completion_coverage
+    from lrbandit_gym.experiments.bench.completion import completion_coverage
 
     cov = completion_coverage(
         trials=5, d=12, rank=2, checkpoints=(50,), warm_start=400, batch_size=5

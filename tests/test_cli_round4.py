@@ -77,7 +77,8 @@ def test_the_cli_exits_1_naming_the_row(small_log, tmp_path, capsys):
 
 # --------------------------------------------------------- item 7: --out under a file
 def _refuse_to_run(monkeypatch):
-    from lrbandit_gym.experiments import compare, validate
+    from lrbandit_gym.experiments.compare import run as compare
+    from lrbandit_gym.experiments.validate import run as validate
 
     def ran(*args, **kwargs):
         raise AssertionError("the run started before its outputs were checked")
@@ -147,7 +148,7 @@ def test_analyze_api_refuses_a_rank_above_the_sizes(small_log):
 
 # ------------------------------------------------------- item 9: sizes refused up front
 def test_validate_refuses_an_impossible_batch_before_running(capsys, monkeypatch):
-    from lrbandit_gym.experiments import validate
+    from lrbandit_gym.experiments.validate import run as validate
 
     def planned(*args, **kwargs):
         raise AssertionError("the run was planned before its batch size was checked")

@@ -13,7 +13,7 @@ import lrbandit_gym  # noqa: F401
 from agents import EpsilonGreedy, Oracle, UniformRandom
 from lrbandit_gym import Decision
 from lrbandit_gym.experiments.cli import main
-from lrbandit_gym.experiments.compare import (
+from lrbandit_gym.experiments.compare.run import (
     OurAgent,
     batched,
     compare,
@@ -23,7 +23,7 @@ from lrbandit_gym.experiments.compare import (
     sb3_available,
     trial_seeds,
 )
-from lrbandit_gym.experiments.compare_run import TrialBatchEnv, make_trial_env
+from lrbandit_gym.experiments.compare.units import TrialBatchEnv, make_trial_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::inference.InsufficientDataWarning")
 
@@ -242,7 +242,7 @@ def test_arguments_are_checked():
     with pytest.raises(ValueError, match="at least one"):
         compare(ENV, {}, progress=False)
     with pytest.raises(ValueError, match="kind"):
-        from lrbandit_gym.experiments.compare import AgentSpec
+        from lrbandit_gym.experiments.compare.run import AgentSpec
 
         AgentSpec(UniformRandom, kind="other")
 

@@ -305,7 +305,7 @@ def test_core_update_takes_an_index_and_a_one_hot_matrix_alike():
 
 # ----------------------------------------------------------------------------- lrbandit bench
 def test_bench_completion_and_coverage_smoke(capsys):
-    from lrbandit_gym.experiments.bench_completion import bench_completion, completion_coverage
+    from lrbandit_gym.experiments.bench.completion import bench_completion, completion_coverage
 
     out = bench_completion(d=20, warm_start=400, number=10, d_ref=10)
     assert set(out["rounds_per_s"]) == {"index", "matrix_small", "gaussian_small"}

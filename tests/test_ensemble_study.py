@@ -146,7 +146,7 @@ def test_cli_reproduce_ensemble(tmp_path, capsys):
 
 
 def test_paper_defaults():
-    from lrbandit_gym.experiments.reproduce import STUDY_DEFAULTS
+    from lrbandit_gym.experiments.reproduce.run import STUDY_DEFAULTS
 
     assert STUDY_DEFAULTS["ensemble"] == (500, (300, 700))
     c = EnsembleStudyConfig()

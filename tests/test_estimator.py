@@ -8,7 +8,7 @@ import pytest
 from helpers import states_equal
 
 from agents.estimator import LowRankSGD
-from lrbandit_gym.experiments.bench_estimator import bench_estimator, naive_sgd_step
+from lrbandit_gym.experiments.bench.estimator import bench_estimator, naive_sgd_step
 
 
 def _low_rank(rng, d1, d2, r, scale=1.0):

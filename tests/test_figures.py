@@ -14,8 +14,8 @@ from lrbandit_gym.experiments.figures import (
     study_figures,
     zscore_figure,
 )
-from lrbandit_gym.experiments.reproduce import reproduce
-from lrbandit_gym.experiments.reproduce_outputs import load_raw
+from lrbandit_gym.experiments.reproduce.outputs import load_raw
+from lrbandit_gym.experiments.reproduce.run import reproduce
 from lrbandit_gym.experiments.studies import StudyConfig, run_study
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

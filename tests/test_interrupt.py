@@ -269,7 +269,7 @@ def test_the_stamp_of_a_partial_run_says_so_everywhere():
 def test_shared_trials_of_a_partial_comparison_stop_at_the_first_gap():
     """Units finish out of order: an agent may hold trials 0-2 and 4 but not 3, and the
     regret over "the trials every agent played" must not pair its trial 4 with another's 3."""
-    from lrbandit_gym.experiments.compare_report import ComparisonResult
+    from lrbandit_gym.experiments.compare.report import ComparisonResult
 
     data = {"a": {"trials": np.array([0, 1, 2, 4])}, "b": {"trials": np.array([0, 1, 2, 3])}}
     result = ComparisonResult(None, ["a", "b"], data, None, 0.0, None, {}, partial=True)

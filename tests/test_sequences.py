@@ -179,8 +179,8 @@ def test_a_study_reads_every_round_and_the_sequences_keep_time_uniform_coverage(
 
 def test_validate_reports_time_uniform_coverage_with_its_own_verdict(capsys):
     from lrbandit_gym.experiments.cli import main
-    from lrbandit_gym.experiments.validate import validate
-    from lrbandit_gym.experiments.validate_setting import SettingError
+    from lrbandit_gym.experiments.validate.run import validate
+    from lrbandit_gym.experiments.validate.setting import SettingError
 
     result = validate(
         {"d1": 8, "d2": 6, "rank": 1},

@@ -175,7 +175,7 @@ def test_policy_uses_the_streaming_fit_when_the_buffer_does_not_fit():
 
 
 def test_bench_warm_start_run_smoke():
-    from lrbandit_gym.experiments.bench_warm_start import warm_start_run
+    from lrbandit_gym.experiments.bench.warm_start import warm_start_run
 
     out = warm_start_run(8, 300, 50, rank=2, warm_start_fit="streaming", seed=0)
     assert out["fit"] == "streaming" and not out["diverged"]

@@ -9,10 +9,10 @@ import pytest
 
 from lrbandit_gym.experiments.cli import main
 from lrbandit_gym.experiments.cli.validate_config import load_config
-from lrbandit_gym.experiments.validate import check_setting, run_validation, validate
-from lrbandit_gym.experiments.validate_grid import GRID
-from lrbandit_gym.experiments.validate_report import verdict
-from lrbandit_gym.experiments.validate_setting import (
+from lrbandit_gym.experiments.validate.grid import GRID
+from lrbandit_gym.experiments.validate.report import verdict
+from lrbandit_gym.experiments.validate.run import check_setting, run_validation, validate
+from lrbandit_gym.experiments.validate.setting import (
     SettingError,
     ValidationSetting,
     load_targets,
@@ -364,7 +364,7 @@ def test_out_folder_holds_every_trial_and_step_gain_reaches_the_policy(tmp_path,
 def test_progress_bar_grows_when_the_warm_start_extends(capsys):
     """The planned rounds use the sizing rule's warm start; where the default warm start
     extends, the bar's total grows with the rounds instead of running past 100%."""
-    from lrbandit_gym.experiments.validate import _round_bar
+    from lrbandit_gym.experiments.validate.run import _round_bar
 
     bar = _round_bar(100, trials=4, n_chunks=2, progress=True)
     bar.update(60)
@@ -402,7 +402,7 @@ def test_the_verdict_counts_warned_trials_and_chunks():
     """The verdict names a per-trial warning fired at any checkpoint in over 5% of trials,
     and the warm-start warning by the share of chunks that raised it (whichever message)."""
     from agents.warm_start.check import WarmStartWarning
-    from lrbandit_gym.experiments.validate_warnings import warned_verdict
+    from lrbandit_gym.experiments.validate.warning_rates import warned_verdict
 
     arrays = {"round_share": np.zeros((2, 20)), "context_flag": np.zeros((2, 20))}
     arrays["context_flag"][1, :4] = 1.0  # 4 of 20 trials, at the second checkpoint

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lrbandit_gym.experiments.validate import run_validation
-from lrbandit_gym.experiments.validate_grid import GRID
-from lrbandit_gym.experiments.validate_readers import CheckpointReader
-from lrbandit_gym.experiments.validate_report import verdict
+from lrbandit_gym.experiments.validate.grid import GRID
+from lrbandit_gym.experiments.validate.readers import CheckpointReader
+from lrbandit_gym.experiments.validate.report import verdict
+from lrbandit_gym.experiments.validate.run import run_validation
 
 pytestmark = pytest.mark.slow
 
@@ -134,7 +134,7 @@ def test_one_step_estimate_removes_the_truncation_excess_variance():
     standard error does not carry; the one-step estimate around the SGD estimate does not.
     Paired on the same 1000 trials: the truncation's error variance is > 6% above the
     one-step's, and the one-step's z s.d. is within 0.05 of 1 (the truncation's is not)."""
-    from lrbandit_gym.experiments.validate import run_chunk
+    from lrbandit_gym.experiments.validate.run import run_chunk
 
     setting = GRID["unequal"].replace(n=(500,), value=False)
     out = [

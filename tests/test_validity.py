@@ -12,7 +12,7 @@ import pytest
 from lrbandit_gym.experiments.coverage import summarize_parameters, summarize_value
 from lrbandit_gym.experiments.montecarlo import chunk_map
 from lrbandit_gym.experiments.studies import StudyConfig, run_study
-from lrbandit_gym.experiments.validate_report import cell_flag
+from lrbandit_gym.experiments.validate.report import cell_flag
 
 N_TRIALS = 500
 BATCH = 125  # 4 chunks, two per core

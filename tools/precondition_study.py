@@ -51,7 +51,7 @@ from agents.estimator.step_size import DEFAULT_STEP_GAIN, NUCLEAR_NORM_FLOOR
 from agents.warm_start.fit import initial_estimate
 from agents.warm_start.rules import default_warm_start_rounds
 from lrbandit_gym.context_law import IsotropicLaw, KroneckerLaw
-from lrbandit_gym.experiments.validate_setting import named_contexts
+from lrbandit_gym.experiments.validate.setting import named_contexts
 
 CHECKPOINTS = (250, 500, 1000, 2000, 4000)
 NOISE = 0.1

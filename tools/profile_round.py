@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 import lrbandit_gym  # noqa: F401  (registers the environment)
-from agents import EpsilonGreedy
+from agents import EpsilonGreedy, play
 from inference import ParameterInference, ValueInference
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,12 +32,7 @@ def one_step_calls(warm_rounds: int = 400, seed: int = 0) -> Counter:
     T = np.zeros((20, 20))
     T[0, 0] = 1.0
     env = ValueInference(ParameterInference(env, {"T": T}, estimator=agent.estimator))
-    obs, _ = env.reset(seed=seed)
-    for _ in range(warm_rounds + 10):
-        decision = agent.act(obs)
-        obs2, reward, *_ = env.step(decision)
-        agent.update(obs, decision, reward)
-        obs = obs2
+    obs = play(env, agent, warm_rounds + 10, seed=seed)
     decision = agent.act(obs)
     calls: Counter = Counter()
 

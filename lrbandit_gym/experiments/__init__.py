@@ -1,5 +1,5 @@
 """Experiments built on the environment, the agents and the inference: the paper's studies
-(:mod:`~lrbandit_gym.experiments.reproduce`), their figures, the speed benchmarks, the demo
+(:mod:`~lrbandit_gym.experiments.reproduce.run`), their figures, the speed benchmarks, the demo
 and the ``lrbandit`` command line.
 
 This is the top layer: it imports :mod:`lrbandit_gym`'s core, :mod:`agents` and

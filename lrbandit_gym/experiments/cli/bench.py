@@ -1,7 +1,7 @@
 """``lrbandit bench WHAT``: the speed benchmarks, each printed as an aligned report beside
-its target (:mod:`~lrbandit_gym.experiments.bench`,
-:mod:`~lrbandit_gym.experiments.bench_warm_start`,
-:mod:`~lrbandit_gym.experiments.bench_completion`)."""
+its target (:mod:`~lrbandit_gym.experiments.bench.run`,
+:mod:`~lrbandit_gym.experiments.bench.warm_start`,
+:mod:`~lrbandit_gym.experiments.bench.completion`)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from collections.abc import Callable
 
 from lrbandit_gym import engine
 from lrbandit_gym.engine import ENGINES
-from lrbandit_gym.experiments.bench import (
+from lrbandit_gym.experiments.bench.completion import bench_completion, completion_coverage
+from lrbandit_gym.experiments.bench.laws import bench_laws
+from lrbandit_gym.experiments.bench.run import (
     bench_agents,
     bench_env,
     bench_inference,
     bench_study_round,
 )
-from lrbandit_gym.experiments.bench_completion import bench_completion, completion_coverage
-from lrbandit_gym.experiments.bench_laws import bench_laws
-from lrbandit_gym.experiments.bench_warm_start import bench_warm_start
+from lrbandit_gym.experiments.bench.warm_start import bench_warm_start
 from lrbandit_gym.experiments.cli.conventions import EXIT_OK, nonnegative_int, positive_int
 from lrbandit_gym.experiments.coverage import format_coverage
 

@@ -1,14 +1,12 @@
 """``lrbandit compare``: agents side by side on the same trials, with regret, estimation
 error and the intervals on each agent's own trajectory
-(:func:`~lrbandit_gym.experiments.compare.compare`)."""
+(:func:`~lrbandit_gym.experiments.compare.run.compare`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-# The module, not its functions: the run is looked up when it starts (tests replace it).
-from lrbandit_gym.experiments import compare as comparison
 from lrbandit_gym.experiments.cli.conventions import (
     EXIT_OK,
     add_output_arguments,
@@ -16,7 +14,10 @@ from lrbandit_gym.experiments.cli.conventions import (
     partial_result,
     positive_int,
 )
-from lrbandit_gym.experiments.compare_report import OUTPUT_FILES
+
+# The module, not its functions: the run is looked up when it starts (tests replace it).
+from lrbandit_gym.experiments.compare import run as comparison
+from lrbandit_gym.experiments.compare.report import OUTPUT_FILES
 from lrbandit_gym.experiments.outputs import ArgumentError, check_outputs
 from lrbandit_gym.experiments.parallel import RunInterrupted
 

@@ -1,5 +1,5 @@
 """``lrbandit figures NPZ``: a study's figures redrawn from the ``.npz`` that ``lrbandit
-reproduce`` saved (:func:`~lrbandit_gym.experiments.reproduce_outputs.redraw_figures`)."""
+reproduce`` saved (:func:`~lrbandit_gym.experiments.reproduce.outputs.redraw_figures`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from lrbandit_gym.experiments.cli.conventions import (
     usage_errors,
 )
 from lrbandit_gym.experiments.figures import MatplotlibMissing
-from lrbandit_gym.experiments.reproduce_outputs import redraw_figures
+from lrbandit_gym.experiments.reproduce.outputs import redraw_figures
 
 __all__ = ["add_parser", "run"]
 

@@ -1,5 +1,5 @@
 """``lrbandit reproduce STUDY``: the paper's simulation studies
-(:func:`~lrbandit_gym.experiments.reproduce.reproduce`)."""
+(:func:`~lrbandit_gym.experiments.reproduce.run.reproduce`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from lrbandit_gym.experiments.cli.conventions import (
     usage_errors,
 )
 from lrbandit_gym.experiments.parallel import RunInterrupted
-from lrbandit_gym.experiments.reproduce import STUDIES, STUDY_DEFAULTS, reproduce
+from lrbandit_gym.experiments.reproduce.run import STUDIES, STUDY_DEFAULTS, reproduce
 
 __all__ = ["add_parser", "run"]
 
@@ -95,7 +95,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run the study; exit status 130 when Ctrl-C stopped it (what finished is written,
-    marked partial, by :func:`~lrbandit_gym.experiments.reproduce.reproduce`)."""
+    marked partial, by :func:`~lrbandit_gym.experiments.reproduce.run.reproduce`)."""
 
     def study() -> int:
         try:

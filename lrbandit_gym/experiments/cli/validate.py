@@ -1,5 +1,5 @@
 """``lrbandit validate``: a Monte Carlo check of the intervals' coverage in a user's setting
-(:func:`~lrbandit_gym.experiments.validate.run_validation`), with a one-line verdict.
+(:func:`~lrbandit_gym.experiments.validate.run.run_validation`), with a one-line verdict.
 
 The setting comes from a grid setting, a TOML config file and the command line
 (:mod:`~lrbandit_gym.experiments.cli.validate_config` lists the config keys).  An invalid
@@ -17,8 +17,6 @@ import argparse
 import sys
 from pathlib import Path
 
-# The module for run_validation: the run is looked up when it starts (tests replace it).
-from lrbandit_gym.experiments import validate as validation
 from lrbandit_gym.experiments.cli.conventions import (
     EXIT_FAILED,
     EXIT_OK,
@@ -30,8 +28,11 @@ from lrbandit_gym.experiments.cli.conventions import (
 from lrbandit_gym.experiments.cli.validate_config import setting_and_options
 from lrbandit_gym.experiments.outputs import OutputError, check_outputs
 from lrbandit_gym.experiments.parallel import RunInterrupted
-from lrbandit_gym.experiments.validate_grid import GRID
-from lrbandit_gym.experiments.validate_setting import ESTIMATORS, POLICIES, SettingError
+
+# The module for run_validation: the run is looked up when it starts (tests replace it).
+from lrbandit_gym.experiments.validate import run as validation
+from lrbandit_gym.experiments.validate.grid import GRID
+from lrbandit_gym.experiments.validate.setting import ESTIMATORS, POLICIES, SettingError
 
 __all__ = ["OUTPUT_FILE", "TRIALS_FILE", "add_parser", "run"]
 

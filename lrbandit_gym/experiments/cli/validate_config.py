@@ -2,7 +2,7 @@
 command line combine.
 
 A setting comes from, in increasing precedence: the defaults of
-:class:`~lrbandit_gym.experiments.validate_setting.ValidationSetting`, a grid setting
+:class:`~lrbandit_gym.experiments.validate.setting.ValidationSetting`, a grid setting
 (``--grid NAME``, or ``grid = "NAME"`` in the config file), a TOML config file
 (``--config FILE``), and the command-line arguments.  Config keys (all optional)::
 
@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lrbandit_gym.experiments.validate_grid import GRID
-from lrbandit_gym.experiments.validate_setting import ValidationSetting
+from lrbandit_gym.experiments.validate.grid import GRID
+from lrbandit_gym.experiments.validate.setting import ValidationSetting
 
 try:
     import tomllib

@@ -15,7 +15,7 @@ import numpy as np
 
 from lrbandit_gym import engine as engines
 from lrbandit_gym.experiments.outputs import RunStamp, check_outputs, stamped, write_npz
-from lrbandit_gym.experiments.paper_numbers import paper_references
+from lrbandit_gym.experiments.reproduce.paper_numbers import paper_references
 
 __all__ = [
     "FIGURE_KINDS",
@@ -83,7 +83,7 @@ def write_figures(study, settings, results, out: Path, stream, required=False) -
             return []
         paths += [str(p) for p in written]
         if "uniform_rounds" in results[label]:
-            from lrbandit_gym.experiments.sequence_figures import uniform_figures
+            from lrbandit_gym.experiments.reproduce.sequence_figures import uniform_figures
 
             written = uniform_figures(results[label], out, prefix, title=title)
             paths += [str(p) for p in written]

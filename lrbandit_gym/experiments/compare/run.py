@@ -2,7 +2,7 @@
 
 :func:`compare` runs named agents on the same trial seeds (common random numbers: trial
 ``i`` shows every agent the same contexts and noise, see
-:mod:`lrbandit_gym.experiments.compare_run`) and returns a :class:`ComparisonResult`: per-round
+:mod:`lrbandit_gym.experiments.compare.units`) and returns a :class:`ComparisonResult`: per-round
 cumulative regret per agent and trial, a summary (final regret mean ± s.e. and interquartile
 mean, estimation error ``‖M̂_a − M_a‖_F`` where the agent has an estimate, time per round),
 and the coverage and mean width of the inference wrappers' intervals for ``<M_a, T>``,
@@ -22,7 +22,7 @@ Agents are given as factories ``factory(env, seed=seed) -> agent``:
 Trials run in units (a chunk of trials of one agent) seeded from ``seed``, the agent's name
 and the chunk's index, each with one BLAS thread and one torch thread, so results do not
 depend on ``jobs`` or ``backend``.  Presentation (tables, files, figures) lives in
-:mod:`lrbandit_gym.experiments.compare_report`.
+:mod:`lrbandit_gym.experiments.compare.report`.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from lrbandit_gym import engine
-from lrbandit_gym.experiments.compare_report import ComparisonResult
-from lrbandit_gym.experiments.compare_run import ComparisonSetting, merge_units, run_unit
+from lrbandit_gym.experiments.compare.report import ComparisonResult
+from lrbandit_gym.experiments.compare.units import ComparisonSetting, merge_units, run_unit
 from lrbandit_gym.experiments.montecarlo import chunk_map
 from lrbandit_gym.experiments.outputs import ArgumentError
 from lrbandit_gym.experiments.parallel import Interrupted, RunInterrupted, WorkerDied

@@ -10,8 +10,8 @@ the numbers do not depend on ``--jobs`` or ``--backend``.
 Outputs under ``--out`` (a folder): ``{study}.csv`` and ``{study}.json`` (rows,
 configuration, versions, seed, timing, the list of figures), ``{study}.npz`` (the raw
 per-trial arrays of every setting, keys ``"{setting}/{array}"``;
-:func:`~lrbandit_gym.experiments.reproduce_outputs.load_raw` reads them back and
-:func:`~lrbandit_gym.experiments.reproduce_outputs.redraw_figures` redraws the figures) and,
+:func:`~lrbandit_gym.experiments.reproduce.outputs.load_raw` reads them back and
+:func:`~lrbandit_gym.experiments.reproduce.outputs.redraw_figures` redraws the figures) and,
 with the ``plot`` extra, PNG figures ``{study}[_{setting}]_{zscores,coverage,length}.png``
 (:mod:`lrbandit_gym.experiments.figures`).  Every file names the run that wrote it and is
 written atomically; a folder that already holds the study's files is refused before the run
@@ -21,9 +21,9 @@ a second and writes the chunks that finished, marked partial (:func:`reproduce`)
 
 A run takes four steps: the arguments become one configuration per setting
 (:func:`study_configs`), each setting runs timed against the draw baseline
-(:func:`~lrbandit_gym.experiments.reproduce_timing.run_timed_setting`) and its rows are read
+(:func:`~lrbandit_gym.experiments.reproduce.timing.run_timed_setting`) and its rows are read
 (:func:`run_settings`), the tables are printed
-(:mod:`~lrbandit_gym.experiments.reproduce_tables`), and the files are written
+(:mod:`~lrbandit_gym.experiments.reproduce.tables`), and the files are written
 (:func:`write_outputs`).
 """
 
@@ -50,20 +50,20 @@ from lrbandit_gym.experiments.outputs import (
     write_json,
 )
 from lrbandit_gym.experiments.parallel import RunInterrupted, interrupted_line
-from lrbandit_gym.experiments.reproduce_outputs import (
+from lrbandit_gym.experiments.reproduce.outputs import (
     output_patterns,
     run_versions,
     save_raw,
     write_figures,
 )
-from lrbandit_gym.experiments.reproduce_tables import (
+from lrbandit_gym.experiments.reproduce.tables import (
     print_ensemble,
     print_table,
     print_uniform,
     study_diagnostics,
     study_rows,
 )
-from lrbandit_gym.experiments.reproduce_timing import run_timed_setting
+from lrbandit_gym.experiments.reproduce.timing import run_timed_setting
 from lrbandit_gym.experiments.studies import StudyConfig
 
 __all__ = [
@@ -252,7 +252,7 @@ def run_settings(
     stream,
 ) -> StudyRun:
     """Run every setting of ``study`` in turn on ``jobs`` local processes or Ray workers,
-    each timed (:func:`~.reproduce_timing.run_timed_setting`), and read its rows; after a
+    each timed (:func:`~.timing.run_timed_setting`), and read its rows; after a
     Ctrl-C the settings not reached are skipped."""
     map_fn = progress_map(jobs, backend, sys.stderr)
     run = StudyRun()

@@ -1,4 +1,4 @@
-"""Results of :func:`lrbandit_gym.experiments.compare.compare`: tables, files and figures.
+"""Results of :func:`lrbandit_gym.experiments.compare.run.compare`: tables, files and figures.
 
 :class:`ComparisonResult` holds each agent's raw arrays (trials on the first axis) and turns
 them into the summary (final cumulative regret mean ± s.e. and interquartile mean, estimation
@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import stats
 
-from lrbandit_gym.experiments.compare_run import ComparisonSetting
+from lrbandit_gym.experiments.compare.units import ComparisonSetting
 from lrbandit_gym.experiments.coverage import coverage_interval, format_coverage
 from lrbandit_gym.experiments.outputs import (
     RunStamp,
@@ -52,7 +52,7 @@ OUTPUT_FILES = (
 )
 
 #: The packages whose warnings an agent's notes list (others, a library's deprecations say,
-#: are shown once by :func:`~lrbandit_gym.experiments.compare.compare` and not noted).
+#: are shown once by :func:`~lrbandit_gym.experiments.compare.run.compare` and not noted).
 _PACKAGES = ("agents", "inference", "lrbandit_gym")
 
 
@@ -542,7 +542,7 @@ class ComparisonResult:
         """PNG figures (needs matplotlib; without it, one line on ``stream`` and none):
         cumulative regret with its across-trial interquartile band, estimation error and the
         mean width of every interval against rounds."""
-        from lrbandit_gym.experiments.compare_figures import comparison_figures
+        from lrbandit_gym.experiments.compare.figures import comparison_figures
         from lrbandit_gym.experiments.figures import MISSING_MATPLOTLIB, MatplotlibMissing
 
         try:

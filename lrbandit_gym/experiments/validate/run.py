@@ -9,7 +9,7 @@ batched on the native vector env, with the inference wrappers watching the polic
 every interval at every checkpoint, and returns a :class:`ValidationResult`: per checkpoint
 and quantity the coverage, the mean and standard deviation of the z-scores
 ``(estimate − truth)/se`` and the mean length, each with its Monte Carlo standard error, and
-a one-line verdict (the rule: :func:`~lrbandit_gym.experiments.validate_report.verdict`).
+a one-line verdict (the rule: :func:`~lrbandit_gym.experiments.validate.report.verdict`).
 
 How a chunk runs.  Trials run in chunks of ``batch_size`` on the Monte Carlo engine
 (:mod:`~lrbandit_gym.experiments.montecarlo`): chunk ``i`` is seeded by the ``i``-th child
@@ -17,7 +17,7 @@ of ``SeedSequence(seed)`` and runs with one BLAS thread, in this process, in ``j
 processes or on Ray (``backend``), so results depend on ``seed`` and ``batch_size`` only,
 not on ``jobs`` or ``backend``.  The loop (:func:`run_chunk`) is the standard
 ``act → step → update`` with the inference wrappers of
-:class:`~lrbandit_gym.experiments.validate_stack.InferenceStack` stacked on the env.  The
+:class:`~lrbandit_gym.experiments.validate.stack.InferenceStack` stacked on the env.  The
 wrappers share the policy's estimator (``estimator="shared"``, the paper's procedure; then
 inference starts when the policy's warm start ends) or run their own, warm-started on the
 first ``warm_start`` rounds they see (``"own"``; the only choice for a policy without a
@@ -26,15 +26,15 @@ low-rank estimator).  Either way the warm start is checked on held-out rounds
 is reported when it leaves the estimate too far from the truth for the theory.
 
 Per-round read-outs.  Every round after inference has started, each *reader* of the chunk
-(:class:`~lrbandit_gym.experiments.validate_readers.Reader`) is asked whether it wants to
+(:class:`~lrbandit_gym.experiments.validate.readers.Reader`) is asked whether it wants to
 read (``due(n)``) and then reads the wrappers (``read(n, stack)``).
-:class:`~lrbandit_gym.experiments.validate_readers.CheckpointReader` reads the intervals at
+:class:`~lrbandit_gym.experiments.validate.readers.CheckpointReader` reads the intervals at
 the checkpoints; a reader that reads every round from some ``n0`` (for instance to measure
 time-uniform coverage) is another reader passed in ``readers``.
 
-The setting is :class:`~lrbandit_gym.experiments.validate_setting.ValidationSetting`; the
+The setting is :class:`~lrbandit_gym.experiments.validate.setting.ValidationSetting`; the
 grid of settings outside the paper
-(:data:`~lrbandit_gym.experiments.validate_grid.GRID`) runs with ``lrbandit validate
+(:data:`~lrbandit_gym.experiments.validate.grid.GRID`) runs with ``lrbandit validate
 --grid``.
 """
 
@@ -57,9 +57,9 @@ from lrbandit_gym.experiments.montecarlo import (
     run_chunks,
 )
 from lrbandit_gym.experiments.run_warnings import count_warnings, recorded_warnings
-from lrbandit_gym.experiments.validate_readers import CheckpointReader, Reader
-from lrbandit_gym.experiments.validate_report import ValidationResult, flag_cells, verdict
-from lrbandit_gym.experiments.validate_setting import (
+from lrbandit_gym.experiments.validate.readers import CheckpointReader, Reader
+from lrbandit_gym.experiments.validate.report import ValidationResult, flag_cells, verdict
+from lrbandit_gym.experiments.validate.setting import (
     ENV_KEYS,
     ESTIMATORS,
     LOW_RANK_POLICIES,
@@ -72,9 +72,9 @@ from lrbandit_gym.experiments.validate_setting import (
     problem_sizes,
     warm_start_rounds,
 )
-from lrbandit_gym.experiments.validate_stack import InferenceStack
-from lrbandit_gym.experiments.validate_uniform import UniformReader, uniform_verdict
-from lrbandit_gym.experiments.validate_warnings import warned_verdict
+from lrbandit_gym.experiments.validate.stack import InferenceStack
+from lrbandit_gym.experiments.validate.uniform import UniformReader, uniform_verdict
+from lrbandit_gym.experiments.validate.warning_rates import warned_verdict
 
 __all__ = [
     "check_setting",
@@ -433,10 +433,10 @@ def run_validation(
     readers: Sequence[type[Reader]] = (CheckpointReader,),
     backend: str = "local",
 ) -> ValidationResult:
-    """Run :class:`~lrbandit_gym.experiments.validate_setting.ValidationSetting` ``setting``
+    """Run :class:`~lrbandit_gym.experiments.validate.setting.ValidationSetting` ``setting``
     (see :func:`validate` for the arguments; ``readers`` are the
-    :class:`~lrbandit_gym.experiments.validate_readers.Reader` classes each chunk runs,
-    :class:`~lrbandit_gym.experiments.validate_readers.CheckpointReader` first)."""
+    :class:`~lrbandit_gym.experiments.validate.readers.Reader` classes each chunk runs,
+    :class:`~lrbandit_gym.experiments.validate.readers.CheckpointReader` first)."""
     start = time.perf_counter()
     batch_size, level = _check_run(
         setting, trials, seed, jobs, batch_size, confidence_level, backend
@@ -524,7 +524,7 @@ def validate(
     env : mapping, optional
         ``MatrixContextBandit-v0`` arguments (:data:`ENV_KEYS`).
     policy, policy_kwargs, rank, warm_start, targets, value, n, estimator
-        The setting (:class:`~lrbandit_gym.experiments.validate_setting.ValidationSetting`).
+        The setting (:class:`~lrbandit_gym.experiments.validate.setting.ValidationSetting`).
     trials : int, default 200
         Independent trials (all share the truth drawn from ``truth_seed``).
     seed : int, default 0
@@ -541,7 +541,7 @@ def validate(
     uniform_from, tuning_n : int, optional
         Also check time-uniform coverage from round ``uniform_from`` on, of the fixed-n
         intervals and of the confidence sequences tuned at ``tuning_n``
-        (:class:`~lrbandit_gym.experiments.validate_setting.ValidationSetting`); the result
+        (:class:`~lrbandit_gym.experiments.validate.setting.ValidationSetting`); the result
         then holds ``uniform_rows`` and ``uniform_verdict``.
     backend : {"local", "ray"}, default "local"
         Where the chunks run: this process (``jobs == 1``) or ``jobs`` local processes, or
@@ -567,7 +567,7 @@ def validate(
 
     Examples
     --------
-    >>> from lrbandit_gym.experiments.validate import validate
+    >>> from lrbandit_gym.experiments.validate.run import validate
     >>> result = validate(
     ...     {"d1": 8, "d2": 6, "rank": 1}, targets="entry", n=(100,), trials=20, progress=False
     ... )

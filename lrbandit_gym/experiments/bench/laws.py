@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lrbandit_gym.experiments.bench import best_times
+from lrbandit_gym.experiments.bench.run import best_times
 
 __all__ = ["bench_laws"]
 

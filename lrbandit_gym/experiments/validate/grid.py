@@ -7,7 +7,7 @@ non-uniform completion, real images), each with the law known and estimated.
 
 from __future__ import annotations
 
-from lrbandit_gym.experiments.validate_setting import ValidationSetting
+from lrbandit_gym.experiments.validate.setting import ValidationSetting
 
 __all__ = ["GRID", "OTHER_LAWS"]
 

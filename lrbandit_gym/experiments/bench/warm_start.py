@@ -55,7 +55,7 @@ def warm_start_run(
     import gymnasium as gym
 
     import lrbandit_gym  # noqa: F401  (registers the env)
-    from agents import EpsilonGreedy
+    from agents import EpsilonGreedy, play
 
     env = gym.make(
         "MatrixContextBandit-v0",
@@ -72,23 +72,14 @@ def warm_start_run(
         agent = EpsilonGreedy(
             env, rank=rank, warm_start=warm_start, warm_start_fit=warm_start_fit, seed=seed
         )
-        obs, _ = env.reset(seed=seed)
-        for _ in range(warm_start):
-            decision = agent.act(obs)
-            next_obs, reward, *_ = env.step(decision)
-            agent.update(obs, decision, reward)
-            obs = next_obs
+        obs = play(env, agent, warm_start, seed=seed)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     init_error = _truncated_errors(agent.estimates, truth, rank)
     diverged = False
     try:
-        for _ in range(online):
-            decision = agent.act(obs)
-            next_obs, reward, *_ = env.step(decision)
-            agent.update(obs, decision, reward)
-            obs = next_obs
+        play(env, agent, online, obs=obs)
     except FloatingPointError:
         diverged = True
     return {

@@ -157,7 +157,7 @@ class TrajectoryInference:
 
     def _generator_state(self):
         """The single env's generator state (None for the vector env of a chunk of trials,
-        :class:`~lrbandit_gym.experiments.compare_run.TrialBatchEnv`, which never restores
+        :class:`~lrbandit_gym.experiments.compare.units.TrialBatchEnv`, which never restores
         itself)."""
         if self.vector:
             return None

@@ -94,7 +94,7 @@ def bench_agents(d_large: int = 500, d: int = 50, num_envs: int = 1000, seed: in
     """
     import gymnasium as gym
 
-    from lrbandit_gym.experiments.bench_estimator import bench_estimator
+    from lrbandit_gym.experiments.bench.estimator import bench_estimator
 
     est = bench_estimator(d=d_large, rank=3, seed=seed)
     venv = gym.make_vec(

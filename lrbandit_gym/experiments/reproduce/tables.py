@@ -14,7 +14,7 @@ from lrbandit_gym.experiments.coverage import (
     summarize_value,
 )
 from lrbandit_gym.experiments.ensemble_study import EnsembleStudyConfig
-from lrbandit_gym.experiments.paper_numbers import PAPER, PAPER_ENSEMBLE, PAPER_TABLE2
+from lrbandit_gym.experiments.reproduce.paper_numbers import PAPER, PAPER_ENSEMBLE, PAPER_TABLE2
 
 __all__ = [
     "print_ensemble",

@@ -1,9 +1,9 @@
-"""Tables and the verdict of ``lrbandit validate`` (:mod:`lrbandit_gym.experiments.validate`).
+"""Tables and the verdict of ``lrbandit validate`` (:mod:`lrbandit_gym.experiments.validate.run`).
 
 The verdict rule (:func:`verdict`) on the Monte Carlo statistics of
 :func:`lrbandit_gym.experiments.coverage.coverage_stats` and the :class:`ValidationResult`
 that holds them live here; running the trials lives in
-:mod:`~lrbandit_gym.experiments.validate`.
+:mod:`~lrbandit_gym.experiments.validate.run`.
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ _COLUMNS = (
 
 @dataclass
 class ValidationResult:
-    """What :func:`~lrbandit_gym.experiments.validate.validate` returns.
+    """What :func:`~lrbandit_gym.experiments.validate.run.validate` returns.
 
     Attributes
     ----------
@@ -226,7 +226,7 @@ class ValidationResult:
         With ``uniform_from``: per quantity, the time-uniform coverage (every round from
         ``n0`` to ``N``) of the fixed-n intervals and of the confidence sequences, each with
         its Monte Carlo s.e., and the sequences' width relative to the fixed-n interval at
-        ``N`` (:mod:`~lrbandit_gym.experiments.validate_uniform`).
+        ``N`` (:mod:`~lrbandit_gym.experiments.validate.uniform`).
     uniform_verdict : str
         The line judging the sequences (empty without ``uniform_from``).
     partial : bool

@@ -1,6 +1,6 @@
 """Figures of a comparison (needs the ``plot`` extra: matplotlib).
 
-:func:`comparison_figures` draws, from a :class:`~.compare_report.ComparisonResult`:
+:func:`comparison_figures` draws, from a :class:`~.report.ComparisonResult`:
 
 * ``compare_regret.png``: mean cumulative regret against rounds, with the across-trial
   interquartile band, one line per agent;

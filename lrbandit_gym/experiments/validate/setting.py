@@ -42,7 +42,7 @@ __all__ = [
 POLICIES = ("epsilon-greedy", "softmax", "uniform", "linear-epsilon-greedy")
 #: Policies whose propensities have a floor: the checks add the values of two fixed target
 #: policies (always arm 0, uniform) under them
-#: (:class:`~lrbandit_gym.experiments.validate_stack.InferenceStack`).
+#: (:class:`~lrbandit_gym.experiments.validate.stack.InferenceStack`).
 EXPLORING_POLICIES = ("epsilon-greedy", "uniform", "linear-epsilon-greedy")
 #: Policies with a low-rank estimator (which inference may share).
 LOW_RANK_POLICIES = ("epsilon-greedy", "softmax")
@@ -114,11 +114,11 @@ class ValidationSetting:
         Checkpoints: rounds of inference at which the intervals are read, all from one run.
     estimator : {"auto", "shared", "own"}, default "auto"
         Who estimates ``M̂`` for inference (:data:`ESTIMATORS`; see
-        :mod:`~lrbandit_gym.experiments.validate`).
+        :mod:`~lrbandit_gym.experiments.validate.run`).
     uniform_from : int, optional
         Also check time-uniform coverage: every interval is read at every round of
         inference from ``uniform_from`` (n₀) to the last checkpoint, as the fixed-n interval
-        and as the confidence sequence (:mod:`lrbandit_gym.experiments.validate_uniform`).
+        and as the confidence sequence (:mod:`lrbandit_gym.experiments.validate.uniform`).
     tuning_n : int, optional
         Round at which the confidence sequences are tightest (default 1000).
     context_law : str, optional

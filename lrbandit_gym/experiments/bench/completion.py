@@ -21,7 +21,7 @@ import tracemalloc
 
 import numpy as np
 
-from lrbandit_gym.experiments.bench import best_times
+from lrbandit_gym.experiments.bench.run import best_times
 from lrbandit_gym.experiments.coverage import coverage_interval
 
 __all__ = ["bench_completion", "completion_coverage", "completion_step_scale"]
@@ -147,7 +147,7 @@ def bench_completion(
     Speed: one round of a single env with an ε-greedy agent and both inference wrappers
     (:class:`inference.ParameterInference` with the paper's two targets and
     :class:`inference.ValueInference`, sharing the agent's estimator), timed in blocks of
-    ``number`` rounds, interleaved (:func:`~lrbandit_gym.experiments.bench.best_times`):
+    ``number`` rounds, interleaved (:func:`~lrbandit_gym.experiments.bench.run.best_times`):
 
     * ``index``: completion contexts at ``d``, ``observation="index"``;
     * ``matrix_small``: completion contexts at ``d_ref``, dense one-hot observations;

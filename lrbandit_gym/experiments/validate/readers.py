@@ -1,9 +1,9 @@
 """The read-outs of a ``lrbandit validate`` chunk: a :class:`Reader` is asked every round
 of inference whether it reads (``due(n)``) and then reads the chunk's
-:class:`~lrbandit_gym.experiments.validate_stack.InferenceStack`; after the run its arrays,
+:class:`~lrbandit_gym.experiments.validate.stack.InferenceStack`; after the run its arrays,
 merged over chunks, become table rows (``summarize``).  :class:`CheckpointReader` reads
 the fixed-``n`` intervals at the checkpoints; the time-uniform reader is
-:class:`~lrbandit_gym.experiments.validate_uniform.UniformReader`.
+:class:`~lrbandit_gym.experiments.validate.uniform.UniformReader`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 from lrbandit_gym.experiments.coverage import coverage_stats
 
 if TYPE_CHECKING:
-    from lrbandit_gym.experiments.validate_stack import InferenceStack
+    from lrbandit_gym.experiments.validate.stack import InferenceStack
 
 __all__ = ["CheckpointReader", "Reader"]
 

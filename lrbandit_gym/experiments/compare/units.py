@@ -1,4 +1,4 @@
-"""The work units of :mod:`lrbandit_gym.experiments.compare`: one agent on a chunk of trials.
+"""The work units of :mod:`lrbandit_gym.experiments.compare.run`: one agent on a chunk of trials.
 
 Common random numbers.  Trial ``i`` of a comparison is a single ``MatrixContextBandit-v0``
 reset with seed ``s_i``; its environment draws, per round, one noise value and the next
@@ -9,7 +9,7 @@ is exactly the single env of seed ``s_i``); agents that play one trial at a time
 stable-baselines3 models inside ``model.learn()``, get that single env itself.
 
 Inference.  On every trajectory the wrappers of
-:mod:`lrbandit_gym.experiments.compare_stack` (parameters ``<M_a, T>``, ``V*`` and the
+:mod:`lrbandit_gym.experiments.compare.stack` (parameters ``<M_a, T>``, ``V*`` and the
 values of two fixed target policies) watch the agent's own actions and propensities:
 sharing the agent's :class:`~agents.LowRankSGD` when it has one (the paper's procedure),
 otherwise running their own estimator warm-started on the first ``warm_start`` rounds
@@ -34,7 +34,7 @@ from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from lrbandit_gym.decision import split_decision
-from lrbandit_gym.experiments.compare_stack import PropensityTracker, TrajectoryInference
+from lrbandit_gym.experiments.compare.stack import PropensityTracker, TrajectoryInference
 from lrbandit_gym.experiments.montecarlo import merge_trials
 from lrbandit_gym.experiments.policy_targets import TARGET_POLICIES
 from lrbandit_gym.experiments.run_warnings import recorded_warnings
@@ -154,7 +154,7 @@ class TrialBatchEnv(GroundTruthMixin, VectorEnv):
 
 class _Counted(gym.Wrapper):
     """Counts the steps of a single env and keeps the last result (what
-    :class:`~lrbandit_gym.experiments.compare_stack.TrajectoryInference` reads)."""
+    :class:`~lrbandit_gym.experiments.compare.stack.TrajectoryInference` reads)."""
 
     def __init__(self, env):
         super().__init__(env)

@@ -21,8 +21,8 @@ from lrbandit_gym.experiments.policy_targets import (
     target_policies,
     target_policy_values,
 )
-from lrbandit_gym.experiments.validate_report import Quantity
-from lrbandit_gym.experiments.validate_setting import (
+from lrbandit_gym.experiments.validate.report import Quantity
+from lrbandit_gym.experiments.validate.setting import (
     EXPLORING_POLICIES,
     ValidationSetting,
     problem_sizes,

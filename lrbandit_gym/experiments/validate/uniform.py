@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from lrbandit_gym.experiments.coverage import coverage_interval
-from lrbandit_gym.experiments.validate_readers import Reader
+from lrbandit_gym.experiments.validate.readers import Reader
 
 __all__ = ["UniformReader", "uniform_verdict"]
 

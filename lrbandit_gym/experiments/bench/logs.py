@@ -1,7 +1,7 @@
 """What recording a run costs: memory, file size, write and read time, beside the time to
 simulate the rounds (issue 25; the numbers are in docs/logs.md).
 
-``python -m lrbandit_gym.experiments.bench_logs [--rounds N] [--d D]`` simulates ``N``
+``python -m lrbandit_gym.experiments.bench.logs [--rounds N] [--d D]`` simulates ``N``
 rounds of ``MatrixContextBandit-v0`` at ``d1 = d2 = D`` with uniformly random decisions,
 once bare and once under :class:`~lrbandit_gym.logs.RecordRounds` with float32 contexts,
 then saves the log to ``.npz`` and (with pyarrow) ``.parquet`` in a temporary folder and

@@ -74,11 +74,15 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
     return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in _BLOCK.finditer(text)]
 
 
-def run_python(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+def run_python(args: list[str], cwd: Path, one_thread: bool = False) -> subprocess.CompletedProcess:
     """Run ``python *args`` in a fresh interpreter in ``cwd`` (a test's temporary folder);
     figures never need a display, and temporary files (an example's log folder,
-    stable-baselines3's default logger folder) go to ``cwd``, not to the machine's ``/tmp``."""
+    stable-baselines3's default logger folder) go to ``cwd``, not to the machine's ``/tmp``.
+    ``one_thread``: torch's small networks run on one thread (``OMP_NUM_THREADS=1`` unless
+    set), as its thread pool only competes with the other processes of a shared machine."""
     env = dict(os.environ, MPLBACKEND="Agg", TMPDIR=str(cwd), SB3_LOGDIR=str(cwd / "sb3"))
+    if one_thread:
+        env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, *args],
@@ -156,7 +160,7 @@ def test_example(name, tmp_path):
         pytest.importorskip(module, reason=f"examples/{name} needs {module}: {EXTRAS[module]}")
     command = f"python examples/{name} {' '.join(args)}".strip()
     try:
-        result = run_python([str(path), *args], tmp_path)
+        result = run_python([str(path), *args], tmp_path, one_thread="torch" in needs)
     except subprocess.TimeoutExpired:
         pytest.fail(_report(command, command, None), pytrace=False)
     if result.returncode != 0:

@@ -4,9 +4,14 @@ chunks that finished, prints and writes them marked partial, and exits with stat
 
 The command-line tests start the real command in its own process group and send SIGINT to
 the whole group, as a terminal's Ctrl-C does, once the first chunk has finished (a marker
-line that :data:`DRIVER` prints when the parent collects a chunk).  Each setting would run
-for well over 30 s; the tests ask that the process exits within :data:`STOP_SECONDS` of the
-signal, which leaves room for a loaded machine and none for the remaining chunks.
+line that :data:`DRIVER` prints when the parent collects a chunk).  They assert on what the
+command does, not on how fast: it exits 130 within a generous :data:`EXIT_TIMEOUT`, and
+the trials it reports and writes are fewer than planned (the remaining chunks never ran).
+
+The command starts with SIGINT at its default action, as a terminal's foreground job does,
+whatever this test process inherited: a suite run as a background job (``nohup pytest &``)
+inherits an ignored SIGINT, which Python, and so ``lrbandit``, keeps ignoring (a background
+job is not stopped by the terminal's Ctrl-C).
 """
 
 from __future__ import annotations
@@ -36,9 +41,9 @@ pytestmark = pytest.mark.skipif(
     not hasattr(os, "killpg"), reason="sends SIGINT to a process group (POSIX)"
 )
 
-#: Seconds from SIGINT to the exit of the command, outputs written (a quarter or less of
-#: what the remaining chunks of each setting below would take).
-STOP_SECONDS = 8.0
+#: Seconds the command may take to exit after SIGINT before the test fails (a hang); the
+#: tests do not time the stop, they check that the remaining chunks were not run.
+EXIT_TIMEOUT = 120
 
 #: Runs ``lrbandit`` (``cli.main``) with one addition: a line ``@@ finished NAME`` on stderr
 #: each time the parent collects an item of a process pool, NAME the function it ran.
@@ -68,10 +73,16 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+def _default_sigint() -> None:
+    """In the child before ``exec``: SIGINT back to its default action, so that Python
+    installs its ``KeyboardInterrupt`` handler (it keeps an inherited SIG_IGN)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(tmp_path: Path, argv: list[str], chunk: str, signals: int = 1):
     """Start ``lrbandit argv``, send SIGINT to its process group (``signals`` times, 0.1 s
-    apart) once an item run by ``chunk`` has finished; ``(exit status, seconds from the
-    first signal to the exit, stdout, stderr)``."""
+    apart) once an item run by ``chunk`` has finished; ``(exit status, stdout, stderr)``,
+    the exit status None when the command did not exit within :data:`EXIT_TIMEOUT`."""
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     out_path, err_path = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
@@ -81,24 +92,23 @@ def _interrupt(tmp_path: Path, argv: list[str], chunk: str, signals: int = 1):
             stdout=out,
             stderr=err,
             start_new_session=True,  # its own process group, as a terminal's job
+            preexec_fn=_default_sigint,  # a foreground job's SIGINT, whatever pytest inherited
             cwd=tmp_path,
         )
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 300
             while f"@@ finished {chunk}" not in err_path.read_text():
                 assert proc.poll() is None, err_path.read_text()[-3000:]
-                assert time.monotonic() < deadline, "no chunk finished in 120 s"
+                assert time.monotonic() < deadline, "no chunk finished in 300 s"
                 time.sleep(0.05)
-            sent = time.monotonic()
             for k in range(signals):
                 if k:
                     time.sleep(0.1)
                 os.killpg(proc.pid, signal.SIGINT)
             try:
-                code = proc.wait(timeout=60)
+                code = proc.wait(timeout=EXIT_TIMEOUT)
             except subprocess.TimeoutExpired:
                 code = None
-            elapsed = time.monotonic() - sent
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -112,7 +122,7 @@ def _interrupt(tmp_path: Path, argv: list[str], chunk: str, signals: int = 1):
         time.sleep(0.05)
     else:
         pytest.fail("a worker process is still running after the command exited")
-    return code, elapsed, out_path.read_text(), err_path.read_text()
+    return code, out_path.read_text(), err_path.read_text()
 
 
 def _done_of(text: str, total: int) -> int:
@@ -126,9 +136,8 @@ def test_ctrl_c_stops_validate_and_writes_the_finished_chunks_marked_partial(tmp
     argv = ["validate", "--d1", "8", "--d2", "6", "--rank", "1", "--targets", "entry"]
     argv += ["--n", "300", "--trials", "120", "--batch-size", "2", "--jobs", "2"]
     argv += ["--seed", "1", "--no-progress", "--out", "out"]
-    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "run_chunk_task")
+    code, stdout, stderr = _interrupt(tmp_path, argv, "run_chunk_task")
     assert code == 130, stderr[-3000:]
-    assert elapsed < STOP_SECONDS, f"took {elapsed:.1f} s to stop"
     done = _done_of(stderr, 120)
     assert 2 <= done < 120 and done % 2 == 0  # whole chunks of 2 trials
     assert stdout.startswith(f"PARTIAL RESULT (interrupted: {done} of 120 trials)")
@@ -146,9 +155,8 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path):
     argv = ["validate", "--d1", "8", "--d2", "6", "--rank", "1", "--targets", "entry"]
     argv += ["--n", "300", "--trials", "120", "--batch-size", "2", "--jobs", "2"]
     argv += ["--seed", "1", "--no-progress", "--out", "out"]
-    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "run_chunk_task", signals=2)
+    code, stdout, stderr = _interrupt(tmp_path, argv, "run_chunk_task", signals=2)
     assert code in (130, -signal.SIGINT), stderr[-3000:]  # 130, or killed by SIGINT
-    assert elapsed < STOP_SECONDS, f"took {elapsed:.1f} s to stop"
     assert "Traceback" not in stderr or "KeyboardInterrupt" in stderr
 
 
@@ -157,9 +165,8 @@ def test_ctrl_c_stops_compare_and_writes_the_finished_units_marked_partial(tmp_p
     argv = ["compare", "--d", "6", "--rank", "1", "--rounds", "300", "--warm-start", "100"]
     argv += ["--trials", "60", "--batch-size", "1", "--jobs", "2", "--no-figures"]
     argv += ["--agents", "eps-greedy", "uniform", "--out", "out"]
-    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "_execute")
+    code, stdout, stderr = _interrupt(tmp_path, argv, "_execute")
     assert code == 130, stderr[-3000:]
-    assert elapsed < STOP_SECONDS, f"took {elapsed:.1f} s to stop"
     done = _done_of(stderr, 120)
     assert 1 <= done < 120
     assert f"**PARTIAL RESULT (interrupted: {done} of 120 trials" in stdout
@@ -181,9 +188,8 @@ def test_ctrl_c_stops_reproduce_and_skips_the_settings_not_reached(tmp_path):
     argv = ["reproduce", "table2", "--ranks", "1", "3", "--trials", "40", "--n", "200"]
     argv += ["--batch-size", "2", "--warm-start", "200", "--no-figures", "--jobs", "2"]
     argv += ["--out", "out"]
-    code, elapsed, stdout, stderr = _interrupt(tmp_path, argv, "run_chunk_task")
+    code, stdout, stderr = _interrupt(tmp_path, argv, "run_chunk_task")
     assert code == 130, stderr[-3000:]
-    assert elapsed < STOP_SECONDS, f"took {elapsed:.1f} s to stop"
     done = _done_of(stderr, 80)
     assert 2 <= done < 40  # within the first setting, r=1
     assert f"PARTIAL RESULT (interrupted: {done} of 80 trials: r=1 {done} of 40, r=3 0 of 40)" in (
@@ -206,17 +212,17 @@ def _item(seconds: float) -> float:
 
 
 def test_process_pool_map_ends_running_items_on_keyboard_interrupt():
-    """A KeyboardInterrupt in the caller ends items that would run 60 s, within seconds,
-    and keeps the one that finished."""
+    """A KeyboardInterrupt in the caller ends items that would run 10 minutes (the map
+    returns: it waits for its workers, so a worker still running would hang it) and keeps
+    the one that finished."""
 
     def on_done(i):
         raise KeyboardInterrupt
 
-    start = time.monotonic()
-    with pytest.raises(Interrupted) as caught:
-        process_pool_map(_item, [0.0, 60.0, 60.0, 60.0], 2, on_done)
-    assert time.monotonic() - start < 15
-    assert caught.value.results == {0: 0.0} and caught.value.total == 4
+    outcome = _die_guarded(process_pool_map, _item, [0.0, 600.0, 600.0, 600.0], 2, on_done)
+    caught = outcome.get("error")
+    assert isinstance(caught, Interrupted), outcome
+    assert caught.results == {0: 0.0} and caught.total == 4
 
 
 def test_local_map_in_this_process_keeps_the_items_before_the_interrupt():
@@ -284,7 +290,7 @@ def _die_after(marker: str) -> str:
     caller creates once an item finished) and end this process as the OOM killer would."""
     if not marker:
         return "ok"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while not os.path.exists(marker) and time.monotonic() < deadline:
         time.sleep(0.01)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -292,7 +298,8 @@ def _die_after(marker: str) -> str:
 
 
 def _die_guarded(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)`` in a thread, failing the test after 60 s instead of hanging."""
+    """``fn(*args, **kwargs)`` in a thread, failing the test after 120 s instead of hanging
+    (a generous bound for a loaded machine: what passes takes seconds)."""
     import threading
 
     outcome: dict = {}
@@ -305,8 +312,8 @@ def _die_guarded(fn, *args, **kwargs):
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
-    thread.join(60)
-    assert not thread.is_alive(), "the map hangs after a worker died"
+    thread.join(120)
+    assert not thread.is_alive(), "the map hangs (its workers were not ended)"
     return outcome
 
 

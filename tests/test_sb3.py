@@ -26,6 +26,16 @@ from inference import ParameterInference, ValueInference  # noqa: E402
 D = 4
 
 
+@pytest.fixture(autouse=True, scope="module")
+def torch_on_one_thread():
+    """Torch's thread pool on one thread for these small networks (on a shared 2-core
+    machine, more threads only compete with the other processes); restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _env(flatten=True, **kw):
     return gym.make(
         "MatrixContextBandit-v0",

@@ -212,6 +212,8 @@ def test_forced_exploration_takes_arms_behind_schedule():
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+@pytest.mark.soak  # a claim about the paper's setting; the full-rank peer costs O((d1 d2)^2)
 def test_paper_setting_low_rank_beats_full_rank_linear_peer_on_regret():
     """n = 3000 rounds from scratch each; the warm start's uniform rounds count against the
     low-rank agent.  A 1000-round warm start (error ~0.14) is the regret-minded choice: the

@@ -85,6 +85,10 @@ class ValueTracker(Tracker):
             if self.correction != "none"
             else None
         )
+        # R̂_n and its variance at the rounds absorbed so far: a read-out of the fixed-n
+        # interval and of the sequence at the same round share one pass over the reservoir.
+        self._rounds = 0
+        self._regret_read: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
 
     # ------------------------------------------------------------------ one round
     def snapshot(self, checked: CheckedRound, fingerprint) -> Any:
@@ -102,13 +106,22 @@ class ValueTracker(Tracker):
 
     def commit(self, staged, round_: Round) -> None:
         predictions, regret = staged
+        self._rounds += 1
         self.core.update(predictions, round_)
         if self.regret_check is not None:
             self.regret_check.absorb(regret, round_, predictions)
 
     def restored(self) -> None:
+        self._rounds += 1  # a new state: R̂_n is read afresh
         if self.regret_check is not None:
             self.regret_check.forget()
+
+    def _regret(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(R̂_n, var)`` now, computed once per round absorbed."""
+        if self._regret_read is None or self._regret_read[0] != self._rounds:
+            self._regret_read = (self._rounds, self.regret_check.regret(self.core.n_obs))
+        regret, variance = self._regret_read[1]
+        return regret.copy(), variance.copy()
 
     def running_info(self) -> dict[str, Any]:
         n = self.core.n_obs
@@ -124,12 +137,12 @@ class ValueTracker(Tracker):
         :meth:`inference.ValueInference.played_regret`)."""
         if self.regret_check is None or not self.core.n_obs:
             return None
-        return self.regret_check.regret(self.core.n_obs)
+        return self._regret()
 
     def _corrected(self, ci, level, kind, tuning_n, **extra) -> IntervalEstimate:
         if self.regret_check is None or not self.core.n_obs:
             return ci
-        regret, variance = self.regret_check.regret(self.core.n_obs)
+        regret, variance = self._regret()
         return correct_interval(
             ci,
             regret,

@@ -23,13 +23,14 @@ from typing import Any
 
 import numpy as np
 
+from inference.cores.checks import check_confidence_level
 from inference.results import IntervalEstimate, format_table, interval_rows
 from inference.sequences import DEFAULT_TUNING_N
 from inference.wrappers import ParameterInference
 from inference.wrappers.policy_evaluation import PolicyEvaluation
 from inference.wrappers.value_inference import ValueInference
 from lrbandit_gym.decision import Decision
-from lrbandit_gym.input_checks import MIN_PROPENSITY, check_confidence_level
+from lrbandit_gym.input_checks import MIN_PROPENSITY
 from lrbandit_gym.logs import LogFormatError, LogReplayEnv, load_log, validate_log
 
 __all__ = ["AnalysisResult", "analyze", "spread_pmf"]

@@ -220,7 +220,8 @@ def test_flatten_must_be_a_real_bool(flatten):
 
 
 def test_complex_contexts_are_refused_not_cast():
-    from lrbandit_gym.input_checks import check_context, check_context_fingerprint, check_targets
+    from inference.cores.checks import check_targets
+    from lrbandit_gym.input_checks import check_context, check_context_fingerprint
 
     X = np.ones((4, 3)) + 1j
     for call in (

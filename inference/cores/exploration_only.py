@@ -40,13 +40,9 @@ from typing import Any
 
 import numpy as np
 
+from inference.cores.checks import check_batch_vector, check_factors, check_flags
 from inference.cores.linear_form import LinearFormCore, check_estimate_scale
-from lrbandit_gym.input_checks import (
-    check_actions,
-    check_batch_vector,
-    check_factors,
-    check_flags,
-)
+from lrbandit_gym.input_checks import check_actions
 
 __all__ = ["ExplorationOnlyInference"]
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from inference.cores.checks import check_batch_vector, check_factors, check_n_trials, check_targets
 from inference.cores.context_check import ContextCheck
 from inference.cores.debiased_sum import DebiasedSum
 from inference.cores.linear_form_readout import LinearFormReadout
@@ -52,13 +53,9 @@ from inference.cores.weight_share import WeightShare
 from lrbandit_gym.context_law import IsotropicLaw, as_context_law
 from lrbandit_gym.input_checks import (
     check_actions,
-    check_batch_vector,
     check_choice,
-    check_factors,
-    check_n_trials,
     check_positive_int,
     check_propensities,
-    check_targets,
 )
 from lrbandit_gym.rounds import Round
 

@@ -23,6 +23,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from inference.cores.checks import check_arm, check_confidence_level, check_target_name
 from inference.cores.context_check import ContextLawWarning
 from inference.cores.tangent_space import basis_transform
 from inference.cores.weight_share import warn_heavy_rounds
@@ -34,7 +35,6 @@ from inference.results import (
 )
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from lrbandit_gym.context_law import CONDITION_LIMIT
-from lrbandit_gym.input_checks import check_arm, check_confidence_level, check_target_name
 
 __all__ = ["LinearFormReadout", "readout_reference"]
 

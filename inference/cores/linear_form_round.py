@@ -24,10 +24,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from agents.estimator.products import one_hot_products
+from inference.cores.checks import check_matrix_stack
 from inference.cores.tangent_space import pulled_arm_terms
 from lrbandit_gym import engine
 from lrbandit_gym.context_law import EntryLaw
-from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_matrix_stack
+from lrbandit_gym.input_checks import MAX_MAGNITUDE
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 
 __all__ = [

@@ -25,6 +25,12 @@ from typing import Any
 import numpy as np
 
 from agents.state import check_config, check_count, copy_arrays
+from inference.cores.checks import (
+    check_batch_vector,
+    check_confidence_level,
+    check_matrix_stack,
+    check_n_trials,
+)
 from inference.results import (
     IntervalEstimate,
     trials_phrase,
@@ -34,12 +40,8 @@ from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, seq
 from lrbandit_gym.input_checks import (
     MIN_PROPENSITY,
     check_actions,
-    check_batch_vector,
     check_choice,
-    check_confidence_level,
     check_magnitude,
-    check_matrix_stack,
-    check_n_trials,
     check_positive_int,
     check_propensities,
 )

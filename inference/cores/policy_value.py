@@ -34,17 +34,19 @@ from typing import Any
 import numpy as np
 
 from agents.state import check_config, check_count, copy_arrays
+from inference.cores.checks import (
+    check_batch_vector,
+    check_confidence_level,
+    check_matrix_stack,
+    check_n_trials,
+)
 from inference.cores.weight_share import WeightShare, warn_heavy_rounds
 from inference.results import IntervalEstimate, trials_phrase, warn_insufficient
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from lrbandit_gym.input_checks import (
     PROPENSITY_TOL,
     check_actions,
-    check_batch_vector,
-    check_confidence_level,
     check_magnitude,
-    check_matrix_stack,
-    check_n_trials,
     check_positive_int,
     check_propensities,
 )

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from inference import analyze
+from inference.cores.checks import check_targets
 from inference.results import interval_rows
 from inference.sequences import DEFAULT_TUNING_N
 from lrbandit_gym.context_law import LAW_NAMES
@@ -51,7 +52,6 @@ from lrbandit_gym.experiments.outputs import (
     write_text,
 )
 from lrbandit_gym.files import read_npz
-from lrbandit_gym.input_checks import check_targets
 from lrbandit_gym.logs import LogFormatError, load_log
 
 __all__ = ["OUTPUT_FILES", "add_parser", "parse_policy", "parse_target", "run"]

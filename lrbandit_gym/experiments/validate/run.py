@@ -394,8 +394,8 @@ def _round_bar(total: int, trials: int, n_chunks: int, progress: bool):
 def _check_run(setting, trials, seed, jobs, batch_size, confidence_level, backend):
     """The run's arguments checked (:class:`SettingError` naming the first wrong one):
     ``(batch_size, confidence level)``."""
+    from inference.cores.checks import check_confidence_level
     from inference.results import InsufficientDataWarning  # noqa: F401  (package check)
-    from lrbandit_gym.input_checks import check_confidence_level
     from lrbandit_gym.memory import check_memory
 
     check_setting(setting)

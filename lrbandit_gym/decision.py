@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Decision", "split_decision"]
+__all__ = ["Decision", "decision_propensities", "split_decision"]
 
 
 class Decision(NamedTuple):
@@ -40,3 +40,25 @@ def split_decision(action: Any) -> tuple[Any, np.ndarray | None]:
     ):
         return action.action, np.asarray(action.propensities)
     return action, None
+
+
+def decision_propensities(action: Any, propensity_fn: Any, obs: Any, needs: str):
+    """``(action, propensities)`` of a step: from a :class:`Decision`, or for a bare action
+    from ``propensity_fn(obs)``.
+
+    Raises
+    ------
+    ValueError
+        For a bare action without ``propensity_fn``, beginning with ``needs`` (who needs
+        the propensities, and why): a propensity is never assumed.
+    """
+    arm, props = split_decision(action)
+    if props is None:
+        if propensity_fn is None:
+            raise ValueError(
+                f"{needs}: pass the agent's Decision to env.step (agents' act() returns one), "
+                f"or give propensity_fn=lambda obs: pmf at construction; got a bare action "
+                f"{arm!r}"
+            )
+        props = propensity_fn(obs)
+    return arm, props

@@ -32,6 +32,7 @@ __all__ = [
     "check_context",
     "check_context_fingerprint",
     "check_finite",
+    "check_integer",
     "check_magnitude",
     "check_positive_float",
     "check_positive_int",
@@ -78,7 +79,7 @@ def _where(index: tuple[int, ...], batched: bool) -> str:
     return f" at index {index}"
 
 
-def _integer(value: Any, message: str) -> int:
+def check_integer(value: Any, message: str) -> int:
     """``operator.index(value)``; ``ValueError(message)`` for a non-integer or a boolean."""
     if isinstance(value, bool | np.bool_):
         raise ValueError(message)
@@ -93,7 +94,7 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
 
     Booleans are rejected (``True`` is an ``int`` in Python but never a size).
     """
-    ivalue = _integer(value, f"{name} must be an integer >= {minimum}, got {value!r}")
+    ivalue = check_integer(value, f"{name} must be an integer >= {minimum}, got {value!r}")
     if ivalue < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {ivalue!r}")
     return int(ivalue)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from lrbandit_gym.input_checks import (
+    check_integer,
     check_magnitude,
     check_positive_int,
     check_real,
@@ -59,13 +59,7 @@ def check_confidence_level(confidence_level: Any) -> float:
 
 def check_arm(arm: Any, n_actions: int, name: str = "arm") -> int:
     """Return an arm index in ``[0, n_actions)``."""
-    message = f"{name} must be an integer in [0, {n_actions}), got {arm!r}"
-    if isinstance(arm, bool | np.bool_):
-        raise ValueError(message)
-    try:
-        a = operator.index(arm)
-    except TypeError:
-        raise ValueError(message) from None
+    a = check_integer(arm, f"{name} must be an integer in [0, {n_actions}), got {arm!r}")
     if not 0 <= a < n_actions:
         raise ValueError(f"{name} must be an integer in [0, {n_actions}), got {a!r}")
     return int(a)

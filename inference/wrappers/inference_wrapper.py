@@ -161,16 +161,7 @@ class InferenceWrapperBase:
         if self._host is not self:
             self._host.add_tracker(tracker, propensity_fn)
             return
-        if propensity_fn is not None:
-            if not callable(propensity_fn):
-                raise ValueError(f"propensity_fn must be callable; got {propensity_fn!r}")
-            mine = self._check.propensity_fn
-            if mine is not None and mine != propensity_fn:
-                raise ValueError(
-                    "stacked inference wrappers were given different propensity_fn: give it "
-                    "once, to the innermost one"
-                )
-            self._check.propensity_fn = propensity_fn
+        self._check.adopt_propensity_fn(propensity_fn)
         self._trackers.append(tracker)
 
     def remove_tracker(self, tracker: Tracker) -> None:

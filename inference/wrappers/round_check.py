@@ -17,7 +17,7 @@ import numpy as np
 
 from agents.estimator import LowRankSGD
 from inference.results import SmallPropensityWarning
-from lrbandit_gym.decision import split_decision
+from lrbandit_gym.decision import decision_propensities
 from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_magnitude, check_propensities
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 
@@ -61,17 +61,30 @@ class RoundCheck:
     """
 
     def __init__(self, shape, estimator, propensity_fn, who: str) -> None:
-        if propensity_fn is not None and not callable(propensity_fn):
-            raise ValueError(f"propensity_fn must be callable; got {propensity_fn!r}")
         self.d1, self.d2, self.n_actions = shape.d1, shape.d2, shape.n_actions
         self.n_trials = shape.n_trials
         self.context = shape.context
         self.estimator = estimator
-        self.propensity_fn = propensity_fn
+        self.propensity_fn = None
         self.who = who
+        self.adopt_propensity_fn(propensity_fn)
         self.obs = None
         self.x = None
         self.small_propensity_warned = False
+
+    def adopt_propensity_fn(self, propensity_fn) -> None:
+        """Resolve bare actions with ``propensity_fn`` (None: none given); a stack gives it
+        once, so a different one than the one held is refused."""
+        if propensity_fn is None:
+            return
+        if not callable(propensity_fn):
+            raise ValueError(f"propensity_fn must be callable; got {propensity_fn!r}")
+        if self.propensity_fn is not None and self.propensity_fn != propensity_fn:
+            raise ValueError(
+                "stacked inference wrappers were given different propensity_fn: give it "
+                "once, to the innermost one"
+            )
+        self.propensity_fn = propensity_fn
 
     # ------------------------------------------------------------------ the observation
     def set_obs(self, obs) -> None:
@@ -115,16 +128,9 @@ class RoundCheck:
         """
         if self.obs is None:
             raise RuntimeError("Call reset() before step().")
-        arm, props = split_decision(action)
-        if props is None:
-            if self.propensity_fn is None:
-                raise ValueError(
-                    f"{self.who} needs the propensity of every action: pass the agent's "
-                    "Decision to env.step (agents' act() returns one), or give "
-                    "propensity_fn=lambda obs: pmf at construction; got a bare action "
-                    f"{arm!r}"
-                )
-            props = self.propensity_fn(self.obs)
+        arm, props = decision_propensities(
+            action, self.propensity_fn, self.obs, f"{self.who} needs the propensity of every action"
+        )
         b = self.n_trials
         actions = np.array(arm, ndmin=1)
         if actions.dtype.kind not in "iu" or actions.shape != (1 if b is None else b,):

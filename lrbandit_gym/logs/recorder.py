@@ -30,7 +30,7 @@ from gymnasium.utils import RecordConstructorArgs
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
 from lrbandit_gym.context_law import as_context_law
-from lrbandit_gym.decision import split_decision
+from lrbandit_gym.decision import decision_propensities
 from lrbandit_gym.input_checks import (
     MAX_MAGNITUDE,
     check_actions,
@@ -243,15 +243,12 @@ class _Recorder:
         before the inner step."""
         if not self._has_obs:
             raise RuntimeError("Call reset() before step().")
-        arm, props = split_decision(action)
-        if props is None:
-            if self.propensity_fn is None:
-                raise ValueError(
-                    f"{type(self).__name__} records the logging policy's propensities: pass "
-                    "the agent's Decision to env.step (agents' act() returns one), or give "
-                    f"propensity_fn=lambda obs: pmf at construction; got a bare action {arm!r}"
-                )
-            props = self.propensity_fn(self._last_obs)
+        arm, props = decision_propensities(
+            action,
+            self.propensity_fn,
+            self._last_obs,
+            f"{type(self).__name__} records the logging policy's propensities",
+        )
         actions = check_actions(arm, self.n_actions, self.n_trials)
         pmf = check_propensities(
             props, actions, self.n_actions, self.n_trials, require_chosen_positive=False

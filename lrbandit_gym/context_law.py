@@ -135,6 +135,12 @@ class ContextLaw:
         """The condition number of ``Σ`` on its range (:func:`condition_number`)."""
         return 1.0
 
+    def range_part(self, A: np.ndarray) -> np.ndarray:
+        """``Σ⁺Σ vec A`` as matrices, for a stack ``A`` of shape ``(k, d1, d2)``: the part of
+        each ``A`` along directions the contexts take.  ``<M, A>`` is identified by the
+        contexts without the low-rank model only when ``A`` is its own range part."""
+        return A
+
     def entry_scale(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """``Σ⁻¹`` on the one-hot context ``e_j e_kᵀ`` is ``s_jk e_j e_kᵀ``: ``s`` per trial.
 
@@ -217,6 +223,17 @@ class KroneckerLaw(ContextLaw):
     def condition_number(self) -> float:
         return float(condition_number(self.row_cov) * condition_number(self.col_cov))
 
+    def range_part(self, A: np.ndarray) -> np.ndarray:
+        # range(R ⊗ C + vec μ vec μᵀ) = range(R ⊗ C) + span(μ), μ in range(R ⊗ C) or not.
+        P_r, P_c = self._row_inv @ self.row_cov, self.col_cov @ self._col_inv
+        out = np.matmul(np.matmul(P_r, A), P_c)
+        if self.mean is not None:
+            rest = self.mean - P_r @ self.mean @ P_c
+            norm2 = float(np.sum(rest * rest))
+            if norm2 > RANGE_FLOOR * float(np.sum(self.mean * self.mean)):
+                out = out + np.einsum("kij,ij->k", A, rest)[:, None, None] * rest / norm2
+        return out
+
     def whiten(self, X: np.ndarray) -> np.ndarray:
         out = np.matmul(np.matmul(self._row_inv, X), self._col_inv)
         if self.mean is not None:  # (S + μμᵀ)⁻¹ x = S⁻¹x − S⁻¹μ (μᵀS⁻¹x)/(1 + μᵀS⁻¹μ)
@@ -275,6 +292,10 @@ class SecondMomentLaw(ContextLaw):
         flat = X.reshape(X.shape[0], -1)
         return (flat @ self._inv).reshape(X.shape)
 
+    def range_part(self, A: np.ndarray) -> np.ndarray:
+        flat = A.reshape(A.shape[0], -1)
+        return (flat @ self.second_moment @ self._inv).reshape(A.shape)
+
     def predicted_moment(self, A: np.ndarray) -> np.ndarray:
         a = A.reshape(A.shape[0], -1)
         return np.einsum("kp,pq,kq->k", a, self.second_moment, a)
@@ -323,6 +344,9 @@ class EntryLaw(ContextLaw):
 
     def whiten(self, X: np.ndarray) -> np.ndarray:
         return X * self._inv
+
+    def range_part(self, A: np.ndarray) -> np.ndarray:
+        return A * (self.probs > 0)
 
     def entry_scale(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         return self._inv[rows, cols]

@@ -62,7 +62,7 @@ from lrbandit_gym.rounds import Round
 __all__ = ["LinearFormCore", "LinearFormInference", "debiased_sums_reference"]
 
 _CONTEXTS = ("gaussian", "completion")
-_PROJECTIONS = ("tangent", "paper")
+_PROJECTIONS = ("tangent", "paper", "none")
 _POINT_ESTIMATES = ("one-step", "projection")
 # Negative controls for validity studies, never for inference: "no_ipw" replaces 1/pi_t by 1
 # (the bias adaptive sampling causes), "no_debias" drops the correction term (the bias of
@@ -136,6 +136,12 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
         self.context = check_choice(context, "context", _CONTEXTS)
         self.projection = check_choice(projection, "projection", _PROJECTIONS)
         self.point_estimate = check_choice(point_estimate, "point_estimate", _POINT_ESTIMATES)
+        if self.projection == "none" and self.point_estimate == "projection":
+            raise ValueError(
+                "point_estimate='projection' reads the rank-r truncation of M^unbs, which "
+                "projection='none' does not use: pass point_estimate='one-step' (with "
+                "projection='none' it is <M^unbs, T> itself)"
+            )
         self.n_trials = check_n_trials(n_trials)
         names, stack = check_targets(targets, self.d1, self.d2)
         self._names = names
@@ -313,10 +319,15 @@ class LinearFormInference(LinearFormCore):
         Check every round's context against the law (:mod:`inference.cores.context_check`) and
         warn (:class:`~inference.cores.context_check.ContextLawWarning`) at a read-out where they
         do not match.
-    projection : {"tangent", "paper"}, default "tangent"
+    projection : {"tangent", "paper", "none"}, default "tangent"
         ``G_t`` in ``S^2``: "paper" is ``P_U⊥ T P_V + P_U T P_V⊥`` (eq. (14));
         "tangent" is the full tangent-space projection ``T - P_U⊥ T P_V⊥``, which also keeps
-        ``P_U T P_V`` (negligible only as ``d -> inf``).
+        ``P_U T P_V`` (negligible only as ``d -> inf``).  "none" is ``G_t = T`` and the point
+        estimate ``<M^unbs, T>``: no low-rank step at the read-out, so no remainder in
+        ``M̂ − M``; valid for every target the contexts identify (``Σ⁺Σ vec T = vec T``,
+        :meth:`unidentified_fractions`) however poor the estimate, with a wider interval
+        (docs/method.md §12): the choice for contexts that barely vary along some
+        directions, such as images.
     point_estimate : {"one-step", "projection"}, default "one-step"
         How ``m̂`` is read from ``M^unbs``: "one-step" is ``<M̂ + P_T̂(M^unbs − M̂), T>``
         around the arm's current estimate ``M̂`` (:meth:`one_step`), whose remainder is

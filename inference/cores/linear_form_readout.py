@@ -36,6 +36,10 @@ from inference.results import (
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from lrbandit_gym.context_law import CONDITION_LIMIT
 
+#: Share of a target's norm along directions no context takes above which a read-out with
+#: ``projection="none"`` warns: a bias of at most this share of ``‖M − M̂‖_F``.
+UNIDENTIFIED_LIMIT = 1e-3
+
 __all__ = ["LinearFormReadout", "readout_reference"]
 
 
@@ -96,7 +100,7 @@ class LinearFormReadout:
         B, K, nT = self._S2_sum.shape
         return self._out(self._design.shares().reshape(B, K, nT))
 
-    def _warn_heavy(self, what: str, arms: tuple[int, ...]) -> None:
+    def _warn_heavy(self, what: str, arms: tuple[int, ...], k: int) -> None:
         """:func:`~inference.cores.weight_share.warn_heavy_rounds` for a read-out of ``arms``, and
         the context check's warning."""
         share = self._weights.shares()[:, list(arms)].max(axis=1)
@@ -110,7 +114,10 @@ class LinearFormReadout:
         )
         if self.check_contexts:
             self._check.warn(what, self.context_law.describe(), self.batched, stacklevel=5)
-            self._warn_ill_conditioned(what)
+            if self.projection == "none":
+                self._warn_unidentified(what, k)
+            else:
+                self._warn_ill_conditioned(what)
 
     def condition_numbers(self) -> np.ndarray:
         """The condition number of the law in use on its range, ``()`` or ``(B,)``: above
@@ -118,6 +125,55 @@ class LinearFormReadout:
         w = self._whitener
         kappa = w.condition_numbers() if w.estimated else np.full(self._B, w.condition_number())
         return self._out(kappa)
+
+    def unidentified_fractions(self) -> np.ndarray:
+        """``‖vec T − Σ⁺Σ vec T‖ / ‖vec T‖`` of every target under the law in use, shape
+        ``(n_T,)`` or ``(B, n_T)``: the share of each target along directions no context
+        takes, where ``<M, T>`` is identified only through the low-rank model.  Above
+        :data:`UNIDENTIFIED_LIMIT`, a read-out with ``projection="none"`` warns
+        (:class:`~inference.cores.context_check.ContextLawWarning`)."""
+        w = self._whitener
+        if w.estimated and w.n == 0:
+            return self._out(np.zeros((self._B, len(self._names))))
+        part = w.range_part(self._T)
+        part = part if w.estimated else np.broadcast_to(part, (self._B, *part.shape))
+        rest = np.sqrt(((self._T - part) ** 2).sum(axis=(-1, -2)))
+        return self._out(rest / np.sqrt((self._T**2).sum(axis=(-1, -2))))
+
+    def law_flags(self) -> np.ndarray:
+        """Where a parameter read-out warns about the context law
+        (:class:`~inference.cores.context_check.ContextLawWarning`): bool, ``()`` or ``(B,)``.
+        The contexts contradict the law; or, with a projection, its second moment is
+        ill-conditioned (:data:`~lrbandit_gym.context_law.CONDITION_LIMIT`); or, with
+        ``projection="none"``, some target is not identified (:meth:`unidentified_fractions`)."""
+        flags = np.atleast_1d(self.context_flags()).copy()
+        if self.projection == "none":
+            flags |= (np.atleast_2d(self.unidentified_fractions()) > UNIDENTIFIED_LIMIT).any(-1)
+        else:
+            flags |= np.atleast_1d(self.condition_numbers()) > CONDITION_LIMIT
+        return self._out(flags)
+
+    def _warn_unidentified(self, what: str, k: int) -> None:
+        frac = np.atleast_2d(self.unidentified_fractions())[:, k]
+        bad = frac > UNIDENTIFIED_LIMIT
+        if not bad.any():
+            return
+        i = int(np.argmax(frac))
+        where = (
+            f" in {int(bad.sum())} of {bad.size} trials (largest: trial {i})"
+            if self.batched
+            else ""
+        )
+        warnings.warn(
+            ContextLawWarning(
+                f"{what}: {frac[i]:.1%} of the target (in norm) lies along directions the "
+                f"contexts never take under the law {self.context_law.describe()}{where}: "
+                "the contexts do not identify <M, T> there and the interval may not cover. "
+                "Read a target the contexts vary along (its part Σ⁺Σ T), or pass "
+                "projection='tangent' to lean on the low-rank model (docs/method.md §12)."
+            ),
+            stacklevel=5,
+        )
 
     def _warn_ill_conditioned(self, what: str) -> None:
         kappa = np.atleast_1d(self.condition_numbers())
@@ -136,7 +192,8 @@ class LinearFormReadout:
                 f"of the law {self.context_law.describe()} has condition number "
                 f"{kappa[i]:.2g}{where}, above {CONDITION_LIMIT:.0e}. The low-rank estimate is "
                 "poorly identified along those directions and the interval may not cover "
-                "(real images, docs/method.md §11); read targets the contexts vary along."
+                "(real images): pass projection='none', the debiased estimate without the "
+                "low-rank step, valid for targets the contexts identify (docs/method.md §12)."
             ),
             stacklevel=5,
         )
@@ -232,6 +289,8 @@ class LinearFormReadout:
 
     def _point(self, arm: int) -> np.ndarray:
         """The matrix whose inner product with ``T`` is ``m̂`` (``point_estimate``)."""
+        if self.projection == "none":  # M̂ + (M^unbs − M̂): the one-step without a projection
+            return self._debiased(arm)
         return self._one_step(arm) if self.point_estimate == "one-step" else self._projected(arm)
 
     def _arm_estimate(
@@ -278,6 +337,8 @@ class LinearFormReadout:
 
     @property
     def _settings_phrase(self) -> str:
+        if self.projection == "none":
+            return "the debiased mean <M^unbs, T>, no projection"
         return f"{self.point_estimate} point estimate, {self.projection} projection"
 
     _method_name = "online debiased low-rank estimate (Algorithms 2-3)"
@@ -338,7 +399,7 @@ class LinearFormReadout:
         n = self._n
         m_hat, sigma2, S2 = self._arm_estimate(arm, k, target)
         se = np.sqrt(sigma2) * np.sqrt(S2) / np.sqrt(n)  # σ̂·Ŝ/√n, eq. (15)
-        self._warn_heavy(what, (arm,))
+        self._warn_heavy(what, (arm,), k)
         return kind_interval(
             kind,
             tuning_n,
@@ -393,7 +454,7 @@ class LinearFormReadout:
         m_a, sigma2_a, S2_a = self._arm_estimate(a, k, target)
         m_b, sigma2_b, S2_b = self._arm_estimate(b, k, target)
         se = np.sqrt((sigma2_a * S2_a + sigma2_b * S2_b) / n)  # √((σ̂²_a·Ŝ²_a + σ̂²_b·Ŝ²_b)/n)
-        self._warn_heavy(what, (a, b))
+        self._warn_heavy(what, (a, b), k)
         return kind_interval(
             kind,
             tuning_n,

@@ -215,6 +215,8 @@ class LinearFormRound:
         ValueError
             If the sums cannot absorb the round (naming the trial, reward and residual).
         """
+        if self.projection == "none":
+            return self._propose_unprojected(estimate, X, action, reward, weight)
         changes, Ua, Va, products, balanced = estimate
         one_hot = isinstance(X, OneHotContexts)
         compiled = balanced and products is not None and engine.compiled()
@@ -274,12 +276,7 @@ class LinearFormRound:
         whitened by the law before this round (an estimated one: from earlier contexts)."""
         changes, Ua, Va, products, balanced = estimate
         one_hot = isinstance(X, OneHotContexts)
-        if self._whitener.estimated and self._whitener.n == 0:
-            raise ValueError(
-                "context_law='estimated' has seen no context before this round, so it cannot "
-                "whiten it by earlier ones: give it the contexts of a warm start first "
-                "(observe_context; the inference wrappers give it every round they see)"
-            )
+        self._require_law_contexts()
         if one_hot and products is None:
             products = (*one_hot_products(X, Ua, Va), None)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -311,6 +308,48 @@ class LinearFormRound:
                 )
             res = reward - pred
             bad = self._refused(action, weight, res, g, scale)
+        if bad >= 0:
+            self._refuse(bad, action, reward, weight, res, g)
+        return RoundTerms(
+            changes, X, action, weight, res, g, False, self.position, None, whitened, scale
+        )
+
+    def _require_law_contexts(self) -> None:
+        """Refuse a round an estimated law cannot whiten yet (no earlier context)."""
+        if self._whitener.estimated and self._whitener.n == 0:
+            raise ValueError(
+                "context_law='estimated' has seen no context before this round, so it cannot "
+                "whiten it by earlier ones: give it the contexts of a warm start first "
+                "(observe_context; the inference wrappers give it every round they see)"
+            )
+
+    def _propose_unprojected(self, estimate, X, action, reward, weight) -> RoundTerms:
+        """:meth:`_propose` with ``projection="none"``: ``G_t = T``, so the design term is
+        ``<T, W_t>`` with ``W_t = c·X_t`` or ``Σ⁻¹ vec X_t`` (docs/method.md §12)."""
+        changes, Ua, Va, products, _ = estimate
+        trials = np.arange(self._B)
+        whitened, scale = None, None
+        if self.c is None:
+            self._require_law_contexts()
+        with np.errstate(over="ignore", invalid="ignore"):
+            if isinstance(X, OneHotContexts):
+                # <M̂, e_j e_kᵀ> = U_a[j]·V_a[k]; <T, e_j e_kᵀ> = T[j, k]
+                pred = np.einsum("br,br->b", Ua[trials, X.rows], Va[trials, X.cols])
+                g = self._T[:, X.rows, X.cols].T
+                if self.c is None and isinstance(self._whitener, EntryLaw):
+                    scale = self._whitener.entry_scale(X.rows, X.cols)
+                elif self.c is None:
+                    whitened = self._whitener.whiten(X.dense())
+                    g, scale = np.einsum("bij,kij->bk", whitened, self._T), np.ones(self._B)
+            else:
+                XV = np.matmul(X, Va) if products is None else products[0]
+                pred = np.einsum("bir,bir->b", Ua, XV)  # <M̂, X_t> = tr(Uᵀ X V)
+                if self.c is None:
+                    whitened = self._whitener.whiten(X)
+                    scale = np.ones(self._B)
+                g = np.einsum("bij,kij->bk", X if whitened is None else whitened, self._T)
+            res = reward - pred
+            bad = self._refused(action, weight, res, g, self.c if scale is None else scale)
         if bad >= 0:
             self._refuse(bad, action, reward, weight, res, g)
         return RoundTerms(

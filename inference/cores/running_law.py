@@ -143,6 +143,21 @@ class RunningSecondMoment:
         flat = X.reshape(*X.shape[:-2], -1)
         return np.einsum("b...p,bpq->b...q", flat, op["inverse"]).reshape(X.shape)
 
+    def range_part(self, A: np.ndarray) -> np.ndarray:
+        """``Σ̂⁺Σ̂ vec A`` per trial for ``A`` (k, d1, d2), shape (B, k, d1, d2): the part of
+        each ``A`` along directions the contexts so far take
+        (:meth:`lrbandit_gym.context_law.ContextLaw.range_part`)."""
+        self._current()
+        op = self._op
+        if self.structure == "kronecker":  # the centred Kronecker part, and the mean
+            S_A = np.matmul(np.matmul(op["row_factor"][:, None], A), op["col_factor"][:, None])
+            mu = op["mean"]
+            S_A = S_A + np.einsum("kij,bij->bk", A, mu)[..., None, None] * mu[:, None]
+            return self.whiten(S_A)
+        a = A.reshape(A.shape[0], -1)
+        flat = np.einsum("kp,bpq,bqs->bks", a, op["second_moment"], op["inverse"])
+        return flat.reshape(-1, *A.shape)
+
     def predicted_moment(self, A: np.ndarray) -> np.ndarray:
         """``vec Aᵀ Σ̂ vec A`` per trial for probes ``A`` (k, d1, d2), shape (B, k)."""
         self._current()

@@ -149,7 +149,7 @@ class ParameterInference(_ParameterInferenceBase, gym.Wrapper, RecordConstructor
         An agent's estimator to share (then the agent must update it after each step).
     propensity_fn : callable, optional
         ``propensity_fn(obs) -> pmf`` for loops that pass bare actions.
-    projection : {"tangent", "paper"}, default "tangent"
+    projection : {"tangent", "paper", "none"}, default "tangent"
         ``G_t`` in ``Ŝ²`` (docs/method.md §4); see :class:`inference.LinearFormInference`.
     point_estimate : {"one-step", "projection"}, default "one-step"
         How ``<M_a, T>`` is estimated from the debiased average: the one-step estimate

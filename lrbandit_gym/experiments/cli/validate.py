@@ -67,6 +67,7 @@ _OPTIONS = {
     "uniform_from": "--uniform-from",
     "tuning_n": "--tuning-n",
     "context_law": "--context-law",
+    "projection": "--projection",
     "env.context_std": "--context-std",
     "env.context_corr": "--context-corr",
     "trials": "--trials",
@@ -168,6 +169,13 @@ def _add_inference_arguments(inf) -> None:
         "--context-law",
         choices=["gaussian", "completion", "estimated", "estimated-kronecker", "estimated-full"],
         help="the law the parameter intervals divide by (default: the environment's)",
+    )
+    inf.add_argument(
+        "--projection",
+        choices=["tangent", "paper", "none"],
+        help="the parameter intervals' projection (default tangent; none: the debiased mean "
+        "without the low-rank step, for contexts that barely vary along some directions, "
+        "docs/method.md §12)",
     )
     inf.add_argument(
         "--tuning-n",

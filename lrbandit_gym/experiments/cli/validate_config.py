@@ -80,6 +80,7 @@ CONFIG_KEYS = (
     "uniform_from",
     "tuning_n",
     "context_law",
+    "projection",
     "out",
     "env",
     "policy",
@@ -98,6 +99,7 @@ _FIELD_KEYS = (
     "uniform_from",
     "tuning_n",
     "context_law",
+    "projection",
 )
 
 #: TOML keys with a fixed type: (Python types, what to say).  The setting's own checks
@@ -119,6 +121,7 @@ _CONFIG_TYPES = {
     "value": ((bool,), "true or false"),
     "estimator": ((str,), "a string"),
     "context_law": ((str,), "a string"),
+    "projection": ((str,), "a string"),
     "out": ((str,), "a string (a folder)"),
 }
 #: The largest integer a TOML file can hold (TOML integers are 64-bit).
@@ -339,6 +342,7 @@ def _apply_command_line(choices: _Choices, args: argparse.Namespace) -> None:
         ("uniform_from", args.uniform_from),
         ("tuning_n", args.tuning_n),
         ("context_law", args.context_law),
+        ("projection", args.projection),
     ):
         if value is not None:
             choices.fields[key] = value

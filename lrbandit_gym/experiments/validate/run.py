@@ -134,6 +134,11 @@ def check_setting(setting: ValidationSetting) -> dict[str, np.ndarray]:
         )
     if setting.tuning_n is not None and setting.uniform_from is None:
         raise SettingError("tuning_n", "tuning_n needs uniform_from (the first round checked)")
+    if setting.projection is not None and setting.projection not in ("tangent", "paper", "none"):
+        raise SettingError(
+            "projection",
+            f"projection must be 'tangent', 'paper' or 'none'; got {setting.projection!r}",
+        )
     if not isinstance(setting.value, bool):
         raise SettingError("value", f"value must be true or false; got {setting.value!r}")
     try:
@@ -516,6 +521,7 @@ def validate(
     tuning_n: int | None = None,
     backend: str = "local",
     context_law: str | None = None,
+    projection: str | None = None,
 ) -> ValidationResult:
     """Monte Carlo check of the intervals' coverage in any setting.
 
@@ -548,6 +554,8 @@ def validate(
         Ray (the ``ray`` extra); the numbers are the same.
     context_law : str, optional
         The parameter intervals' law (default the env's; docs/method.md §1).
+    projection : {"tangent", "paper", "none"}, optional
+        The parameter intervals' projection (default "tangent"; docs/method.md §12).
 
     Returns
     -------
@@ -587,6 +595,7 @@ def validate(
         uniform_from=uniform_from,
         tuning_n=tuning_n,
         context_law=context_law,
+        projection=projection,
     )
     return run_validation(
         setting,

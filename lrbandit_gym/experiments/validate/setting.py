@@ -124,6 +124,9 @@ class ValidationSetting:
     context_law : str, optional
         The law the parameter intervals divide by (default: the environment's;
         ``"estimated"``: estimated from the contexts; docs/method.md §1).
+    projection : str, optional
+        The parameter intervals' projection (default the wrappers', ``"tangent"``;
+        ``"none"``: the debiased mean without the low-rank step, docs/method.md §12).
     description : str
         A line saying what the setting is for (the grid's).
     """
@@ -140,6 +143,7 @@ class ValidationSetting:
     uniform_from: int | None = None
     tuning_n: int | None = None
     context_law: str | None = None
+    projection: str | None = None
     description: str = ""
 
     def replace(self, **changes) -> ValidationSetting:
@@ -156,6 +160,7 @@ class ValidationSetting:
             f"{self.warm_start or 'default'}; targets {targets}; V* {'yes' if self.value else 'no'}"
             f"; n = {', '.join(map(str, self.n))}; estimator {self.estimator}"
             + (f"; context law {self.context_law}" if self.context_law else "")
+            + (f"; projection {self.projection}" if self.projection else "")
         )
 
 

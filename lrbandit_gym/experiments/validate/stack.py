@@ -15,7 +15,6 @@ import warnings
 
 import numpy as np
 
-from lrbandit_gym.context_law import CONDITION_LIMIT
 from lrbandit_gym.experiments.policy_targets import (
     policy_label,
     target_policies,
@@ -70,6 +69,8 @@ class InferenceStack:
         self.parameters = self.value = None
         if targets:
             law = {} if setting.context_law is None else {"context_law": setting.context_law}
+            if setting.projection is not None:
+                law["projection"] = setting.projection
             env = self.parameters = VectorParameterInference(env, targets, **est, **own, **law)
         self.policies = None
         if setting.value:
@@ -171,15 +172,11 @@ class InferenceStack:
 
     def context_flags(self) -> np.ndarray:
         """Where the parameter read-outs raise :class:`~inference.ContextLawWarning`, as
-        1.0 / 0.0 per trial, ``(B,)`` (NaN without parameter inference): the contexts
-        contradict the law in use, or its second moment is ill-conditioned."""
+        1.0 / 0.0 per trial, ``(B,)`` (NaN without parameter inference): the core's
+        :meth:`~inference.LinearFormInference.law_flags`."""
         if self.parameters is None:
             return np.full(self.env.num_envs, np.nan)
-        core = self.parameters.core
-        flags = np.asarray(core.context_flags()) | (
-            np.asarray(core.condition_numbers()) > CONDITION_LIMIT
-        )
-        return flags.astype(float)
+        return np.asarray(self.parameters.core.law_flags()).astype(float)
 
     def estimation_error(self) -> np.ndarray:
         """``‖M̂_a − M_a‖_F`` of the estimate inference reads, ``(B, K)``."""

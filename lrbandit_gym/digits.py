@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from lrbandit_gym.context_law import SecondMomentLaw
 from lrbandit_gym.decision import split_decision
 from lrbandit_gym.env import check_action
 from lrbandit_gym.input_checks import (
@@ -174,9 +175,18 @@ class MatrixClassificationBandit(gym.Env):
     ``sampling``, ``test_contexts``, ``test_labels``/``test_rewards``, ``render_mode``
     (None or "ansi").
 
-    The agents and the inference wrappers read ``d1``, ``d2``, ``n_actions`` and
-    ``context``; ``context`` is ``"gaussian"``, their name for dense contexts (they do not
-    assume Gaussian entries), as opposed to one-hot completion contexts.
+    The agents and the inference wrappers read ``d1``, ``d2``, ``n_actions``, ``context``
+    and ``context_law``; ``context`` is ``"gaussian"``, their name for dense contexts, as
+    opposed to one-hot completion contexts.  ``context_law`` is the samples' exact second
+    moment (a :class:`~lrbandit_gym.context_law.SecondMomentLaw`), the law of every round's
+    context: the parameter intervals divide by it.
+
+    ## Parameters the intervals estimate
+    Rewards are not linear in the contexts, so ``<M_a, T>`` is read as the best linear
+    predictor's: :meth:`linear_parameters` gives ``M*_a``, the least-squares fit of arm
+    ``a``'s expected reward on the contexts under the bandit's draws.  The parameter
+    intervals with ``projection="none"`` cover ``<M*_a, T>`` for every target the contexts
+    identify (docs/method.md §12); the low-rank projections assume ``M*_a`` has rank ``r``.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -222,6 +232,8 @@ class MatrixClassificationBandit(gym.Env):
         #: The agents' and wrappers' name for dense contexts (see the class docstring).
         self.context = "gaussian"
         self.n_samples = len(x)
+        #: The law of the contexts the bandit shows: the samples' exact second moment.
+        self.context_law = SecondMomentLaw.of_contexts(x)
         if test_contexts is None:
             if test_labels is not None or test_rewards is not None:
                 raise ValueError("test_labels/test_rewards need test_contexts")
@@ -270,6 +282,17 @@ class MatrixClassificationBandit(gym.Env):
     def test_expected_rewards(self) -> np.ndarray | None:
         """Their expected rewards, ``(m, K)`` (read-only), or None."""
         return None if self._test is None else self._test[1]
+
+    def linear_parameters(self) -> np.ndarray:
+        """``M*_a`` of every arm, ``(K, d1, d2)``: the minimum-norm least-squares fit of the
+        expected rewards on the contexts, ``vec M*_a = Σ⁺ (1/n) Σ_i vec X_i R[i, a]`` with
+        ``Σ`` the samples' second moment (:attr:`context_law`).  The estimand of the
+        parameter intervals; ``<M*_a, X>`` is the best linear prediction of arm ``a``'s reward
+        under the bandit's draws (``sampling="replacement"``; a pass has the same law)."""
+        flat = self._x.reshape(self.n_samples, -1)
+        moment = flat.T @ self._table / self.n_samples  # (1/n) Σ_i vec X_i R[i, :]
+        inverse = self.context_law.whiten(moment.T.reshape(-1, self.d1, self.d2))
+        return inverse
 
     def _split(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         split = check_choice(split, "split", ("train", "test"))

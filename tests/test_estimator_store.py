@@ -106,9 +106,10 @@ def test_hand_off_passes_the_uniform_rounds_and_ends_the_phase(uniform, prior):
     ws = _full_warm_start()
     M_init, _ = ws.finish(check=False, who="test")
     est = _Initialize()
+    assert ws.nbytes == ws.store.nbytes == 12 * (4 * 3 * 4 + 24)  # float32 X, a, y, w
     ws.hand_off(est, M_init, uniform=uniform)
     assert est.prior_rounds == [prior]
-    assert not ws.active
+    assert not ws.active and ws.nbytes == 0
 
 
 @SHORT

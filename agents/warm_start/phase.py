@@ -273,6 +273,11 @@ class WarmStart:
         self.store.add_round(round_, weights)
 
     @property
+    def nbytes(self) -> int:
+        """Bytes the phase holds: its store's ``nbytes`` (0 once the phase is over)."""
+        return 0 if self.store is None else self.store.nbytes
+
+    @property
     def full(self) -> bool:
         """Whether every round of the phase has been stored."""
         return self.store.full

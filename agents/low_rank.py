@@ -236,16 +236,10 @@ class LowRankPolicy(PolicyBase):
             self.warm_start_rounds = warm.rounds
             return
         M_init, check = finished
-        try:
-            # The warm start's rounds cap the SGD's step
-            # (agents.estimator.step_size.continuing_gain).
-            self.estimator.initialize(M_init, prior_rounds=warm.rounds)
-        except BaseException:
-            warm.discard_last()
-            raise
+        # Uniform rounds: their number caps the SGD's step (WarmStart.hand_off).
+        warm.hand_off(self.estimator, M_init, uniform=True)
         if check is not None:
             self.warm_start_check = check
-        warm.release()  # the rounds are only needed once
 
     def state_dict(self) -> dict[str, Any]:
         """The flat state (:mod:`agents.state`): ``t``, the generator, ``warm_start_rounds``

@@ -43,11 +43,6 @@ MERGING = "issue 35: being merged into one class"
 #: file: (private names it shares with another file, space-separated; reason). Classes still
 #: split over files that read each other's fields.
 ALLOWED_SPLIT: dict[str, tuple[str, str]] = {
-    "agents/estimator/sgd.py": (
-        "_B _U _V _counts _initialized _product_cache _sv _t _trials _version",
-        MERGING,
-    ),
-    "agents/estimator/persistence.py": ("_U _V _counts _initialized _sv _t", MERGING),
     "inference/cores/linear_form.py": ("_sum _weights", MERGING),
     "inference/cores/linear_form_readout.py": (
         "_B _S2_sum _T _V_sum _cache _check _design _n _names _pulls _sigma_sum _sum"

@@ -231,9 +231,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "step_cap_default_length",
         "the step cap reads the default warm-start length instead of the extended one",
-        "agents/low_rank.py",
-        "self.estimator.initialize(M_init, prior_rounds=warm.rounds)",
-        "self.estimator.initialize(M_init, prior_rounds=warm.default_rounds)",
+        "agents/warm_start/phase.py",
+        "estimator.initialize(M_init, prior_rounds=self.rounds if uniform else 0)",
+        "estimator.initialize(M_init, prior_rounds=self.default_rounds if uniform else 0)",
         (
             "tests/test_seeded_slips.py",
             "tests/test_step_size.py",

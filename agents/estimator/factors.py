@@ -2,8 +2,9 @@
 
 The estimator of Algorithm 1 (docs/method.md §3) stores, for every trial ``b`` and arm
 ``a``, the balanced factors ``U_a`` (d1 x r) and ``V_a`` (d2 x r) with their singular values
-``D_a``.  :class:`FactorStore`, its base class, owns that storage and everything that reads
-or writes it without being part of the algorithm's arithmetic:
+``D_a``.  :class:`FactorStore`, an object the estimator owns (``LowRankSGD.store``), owns
+that storage and everything that reads or writes it without being part of the algorithm's
+arithmetic:
 
 * the batched layout: ``U`` of shape ``(B, K, d1, r)``, ``V`` ``(B, K, d2, r)`` (``B = 1``
   for the unbatched API), with ``V`` also kept side by side, ``(B, d2, K, r)``, for the
@@ -17,11 +18,15 @@ or writes it without being part of the algorithm's arithmetic:
   (:attr:`FactorStore.batched_factors`) and gathers (:meth:`FactorStore.arm_factors`) for
   callers that keep copies;
 * the read-outs of the factors (:attr:`FactorStore.estimates`, :meth:`FactorStore.subspaces`);
-* the second half of the two-phase step: :meth:`FactorStore.commit_step` writes a
-  :class:`ProposedStep` computed (and checked) by
-  :meth:`agents.estimator.LowRankSGD.propose_step`, so a failed check leaves the state as
+* the writes: every arm at once (:meth:`FactorStore.set_factors`, for ``initialize`` and
+  ``load_state_dict``) and the second half of the two-phase step
+  (:meth:`FactorStore.commit`), which writes a :class:`ProposedStep` computed (and checked)
+  by :meth:`agents.estimator.LowRankSGD.propose_step`, so a failed check leaves the state as
   it was and a stack of inference wrappers can prepare every layer's step before it
   commits any.
+
+The estimator's public API forwards to these methods under the same names
+(:meth:`~agents.estimator.LowRankSGD.commit_step` for :meth:`FactorStore.commit`).
 
 Completion contexts (``context="completion"``) travel as
 :class:`~lrbandit_gym.onehot.OneHotContexts` from :meth:`FactorStore.check_context` on,
@@ -42,7 +47,7 @@ from lrbandit_gym import engine
 from lrbandit_gym.input_checks import check_context_fingerprint
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 
-__all__ = ["FactorStore", "ProposedStep", "PulledArms"]
+__all__ = ["FactorArrays", "FactorStore", "ProposedStep", "PulledArms"]
 
 
 class PulledArms(NamedTuple):
@@ -74,7 +79,8 @@ class ProposedStep(NamedTuple):
     """One step of eq. (8), computed but not written.
 
     :meth:`LowRankSGD.propose_step <agents.estimator.LowRankSGD.propose_step>` makes it and
-    :meth:`FactorStore.commit_step` writes it.  ``B`` is the batch size (1 unbatched).
+    :meth:`LowRankSGD.commit_step <agents.estimator.LowRankSGD.commit_step>` writes it
+    (:meth:`FactorStore.commit`).  ``B`` is the batch size (1 unbatched).
 
     Attributes
     ----------
@@ -113,12 +119,34 @@ class ProposedStep(NamedTuple):
     square_weights: np.ndarray | None = None
 
 
+class FactorArrays(NamedTuple):
+    """The live arrays of a :class:`FactorStore` in the batched layout (``B = 1``
+    unbatched), for the estimator's arithmetic and its saved state: read them, never write
+    them (the store writes through :meth:`FactorStore.commit` and
+    :meth:`FactorStore.set_factors`).
+
+    Attributes
+    ----------
+    U : ndarray of shape (B, K, d1, r)
+    V : ndarray of shape (B, K, d2, r)
+    sv : ndarray of shape (B, K, r)
+        The singular values ``D_a`` of every estimate (decreasing).
+    counts : ndarray of int64, shape (B, K)
+        The per-arm update counts ``s_a``.
+    """
+
+    U: np.ndarray
+    V: np.ndarray
+    sv: np.ndarray
+    counts: np.ndarray
+
+
 class FactorStore:
     """The balanced factors of ``K`` arms for ``B`` trials, and the machinery around them.
 
-    The base of :class:`agents.estimator.LowRankSGD`, which validates the sizes, sets the
-    factors (eq. (10)) and computes the steps (eq. (8)); see the module docstring for what
-    lives here.
+    Owned by :class:`agents.estimator.LowRankSGD` (its ``store``), which validates the
+    sizes, sets the factors (eq. (10)) and computes the steps (eq. (8)); see the module
+    docstring for what lives here.
 
     Parameters
     ----------
@@ -130,22 +158,29 @@ class FactorStore:
         Number of arms ``K``.
     n_trials : int or None
         None for the unbatched API, else the batch size ``B``.
+    context : {"gaussian", "completion"}, default "gaussian"
+        The context law.  With "completion", :meth:`check_context` returns one-hot contexts
+        in index form.
 
     Notes
     -----
-    The sizes are assumed validated (the subclass does it).  Until the subclass sets the
-    factors (:meth:`_set_factors`) they are zero and :attr:`initialized` is False.  The
+    The sizes are assumed validated (the estimator does it).  Until the estimator sets the
+    factors (:meth:`set_factors`) they are zero and :attr:`initialized` is False.  The
     methods named here without a class (:meth:`initialize`, :meth:`update`,
     :meth:`step`, :meth:`propose_step`, :meth:`load_state_dict`, ...) are
     :class:`~agents.estimator.LowRankSGD`'s.
     """
 
-    #: The context law ("gaussian" or "completion"); the subclass sets it before
-    #: ``__init__``.  With "completion", :meth:`check_context` returns one-hot contexts in
-    #: index form.
-    context = "gaussian"
-
-    def __init__(self, d1: int, d2: int, rank: int, n_actions: int, n_trials: int | None) -> None:
+    def __init__(
+        self,
+        d1: int,
+        d2: int,
+        rank: int,
+        n_actions: int,
+        n_trials: int | None,
+        context: str = "gaussian",
+    ) -> None:
+        self.context = context
         self.d1 = d1
         self.d2 = d2
         self.rank = rank
@@ -333,8 +368,16 @@ class FactorStore:
         U, V, XV, XtU = self._product_cache.pulled(Xb, actions, self._U, self._V, fingerprint)
         return PulledArms(U, V, XV, XtU, self._sv[self._trials, actions])
 
+    def pulled_products(
+        self, Xb: np.ndarray, actions: np.ndarray, fingerprint: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`pulled` without the singular values: ``(U, V, XV, XtU)`` (what the step
+        reads)."""
+        return self._product_cache.pulled(Xb, actions, self._U, self._V, fingerprint)
+
     # ------------------------------------------------------------------ read-outs
-    def _require_init(self, what: str) -> None:
+    def require_init(self, what: str) -> None:
+        """Refuse ``LowRankSGD.<what>`` before the factors are set (``RuntimeError``)."""
         if not self._initialized:
             raise RuntimeError(
                 f"LowRankSGD.{what} called before initialization: call initialize(M_init) "
@@ -344,7 +387,7 @@ class FactorStore:
     @property
     def estimates(self) -> np.ndarray:
         """Current estimates ``M_hat_a = U_a V_a^T``: ``(K, d1, d2)`` or ``(B, K, d1, d2)``."""
-        self._require_init("estimates")
+        self.require_init("estimates")
         return self._out(np.matmul(self._U, self._V.swapaxes(-1, -2)))
 
     def subspaces(self) -> tuple[np.ndarray, np.ndarray]:
@@ -359,41 +402,24 @@ class FactorStore:
         Q_U : ndarray of shape (K, d1, r) or (B, K, d1, r)
         Q_V : ndarray of shape (K, d2, r) or (B, K, d2, r)
         """
-        self._require_init("subspaces")
+        self.require_init("subspaces")
         sv = self._sv
         ok = sv > 0
         inv_root = np.where(ok, 1.0 / np.sqrt(np.where(ok, sv, 1.0)), 0.0)[..., None, :]
         return self._out(self._U * inv_root), self._out(self._V * inv_root)
 
     # ------------------------------------------------------------------ the write of a step
-    def commit_step(self, proposed: ProposedStep) -> np.ndarray:
-        """Write a step computed by :meth:`propose_step` on the current state.
-
-        Cannot fail on a proposal made against the current state: every check ran in
-        :meth:`propose_step`.
-
-        Parameters
-        ----------
-        proposed : ProposedStep
-            From this estimator's :meth:`propose_step`, with no change of the state since.
-
-        Returns
-        -------
-        ndarray of shape (B,)
-            The residuals ``y_t - <M_hat_{a_t, t-1}, X_t>`` before the step.
+    def commit(self, proposed: ProposedStep) -> None:
+        """Write the pulled arms' new factors of a step proposed on the current state
+        (:meth:`LowRankSGD.commit_step <agents.estimator.LowRankSGD.commit_step>`, which
+        checks first that the step is its estimator's).
 
         Raises
         ------
         ValueError
-            If ``proposed`` comes from another estimator or the state changed since it
-            was proposed (another step, :meth:`initialize`, :meth:`load_state_dict`);
-            nothing is written then.
+            If the state changed since ``proposed`` was computed (another step,
+            :meth:`initialize`, :meth:`load_state_dict`); nothing is written then.
         """
-        if not isinstance(proposed, ProposedStep) or proposed.owner != id(self):
-            raise ValueError(
-                "proposed must be a ProposedStep from this estimator's propose_step(), got "
-                f"{type(proposed).__name__}"
-            )
         if proposed.version != self._version:
             raise ValueError(
                 f"proposed was computed at version {proposed.version} of the estimator, "
@@ -413,10 +439,7 @@ class FactorStore:
             self._product_cache.invalidate()
         else:
             self._store_pulled(a, proposed.U, proposed.V, proposed.sv)
-        if proposed.square_weights is not None:
-            self._square_weight_sum += proposed.square_weights
         self._version += 1
-        return proposed.residuals
 
     # ------------------------------------------------------------------ per-arm versions
     @property
@@ -489,6 +512,29 @@ class FactorStore:
         """Singular values ``D`` of each estimate (decreasing): ``(K, r)`` or ``(B, K, r)``."""
         return self._out(self._sv.copy())
 
+    @property
+    def arrays(self) -> FactorArrays:
+        """The live ``U``, ``V``, singular values and counts in the batched layout
+        (:class:`FactorArrays`; not copies, not to be written)."""
+        return FactorArrays(self._U, self._V, self._sv, self._counts)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays the store holds: the factors, their singular values, ``V``
+        side by side, the counters, and the round's products
+        (:attr:`agents.estimator.products.ProductCache.nbytes`)."""
+        arrays = (
+            self._U,
+            self._V,
+            self._sv,
+            self._V_cat,
+            self._counts,
+            self._arm_version,
+            self._support,
+            self._trials,
+        )
+        return sum(x.nbytes for x in arrays) + self._product_cache.nbytes
+
     # ------------------------------------------------------------------ state changes
     def _store_pulled(
         self, a: np.ndarray, U_bal: np.ndarray, V_bal: np.ndarray, sv: np.ndarray
@@ -511,7 +557,7 @@ class FactorStore:
         self._product_cache.invalidate()
         self._arm_version[self._trials, a] += 1
 
-    def _set_factors(
+    def set_factors(
         self,
         U: np.ndarray,
         V: np.ndarray,
@@ -520,7 +566,8 @@ class FactorStore:
         t: int,
         initialized: bool,
     ) -> None:
-        """Replace every arm's factors and the counters (initialize, load_state_dict)."""
+        """Replace every arm's factors and the counters (:meth:`initialize`,
+        :meth:`load_state_dict`): the arrays, in the batched layout, become the store's."""
         self._U = U
         self._V = V
         self._sv = sv

@@ -110,6 +110,21 @@ class ProductCache:
         self._trials = np.arange(1 if n_trials is None else n_trials)
         self._entry: dict[str, Any] | None = None
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays the cache holds: the fingerprint's weights and the round's
+        products (unbatched, the pulled arm's ``U`` and ``V`` are views of the factors and
+        count nothing here)."""
+        total = self.weights.nbytes + self._trials.nbytes
+        entry = self._entry or {}
+        total += sum(entry[k].nbytes for k in ("fp", "XV", "preds") if k in entry)
+        if "pulled" in entry:
+            a, U, V, XV, XtU = entry["pulled"]
+            total += a.nbytes + XV.nbytes + XtU.nbytes
+            if not self._unbatched:  # gathered copies
+                total += U.nbytes + V.nbytes
+        return total
+
     def invalidate(self) -> None:
         """Forget the products: the factors changed."""
         self._entry = None

@@ -22,20 +22,22 @@ Implementation notes
   balancing at the start of the next update, and it keeps ``D`` (the singular values of
   ``M_hat_a``) at hand for :meth:`LowRankSGD.subspaces`.
 * A step is computed in full before anything is written (:meth:`LowRankSGD.propose_step`,
-  then :meth:`~agents.estimator.factors.FactorStore.commit_step`), so a step that fails a check
+  then :meth:`LowRankSGD.commit_step`), so a step that fails a check
   leaves the estimator as it was, and a stack of inference wrappers can prepare every
   layer's step before it commits any.
 * Divergence guard: a step whose new estimate has a singular value above
   :attr:`LowRankSGD.max_singular_value` raises ``FloatingPointError`` instead of being
   taken (:mod:`agents.estimator.divergence` gives the bound and why).
 
-The machinery lives beside this module: :mod:`agents.estimator.factors` (the base class
-that keeps the factors, the round's context products, the per-arm versions and the write of
-a proposed step), :mod:`agents.estimator.persistence` (the base class that saves, checks and
-restores the state), :mod:`agents.estimator.products` (the products ``X V_a`` and
-``Xᵀ U_a`` that a round's prediction, the inference wrappers' snapshot and the step share),
-:mod:`agents.estimator.divergence` (the guard), :mod:`agents.estimator.balancing` (Lemma 2.1) and
-:mod:`agents.estimator.kernels` (the same round compiled with numba, engine "numba").
+The machinery lives beside this module: :mod:`agents.estimator.factors` (the
+:class:`~agents.estimator.factors.FactorStore` the estimator owns as ``store``: the factors,
+the round's context products, the per-arm versions and the write of a proposed step; the
+estimator's methods of the same names forward to it), :mod:`agents.estimator.persistence`
+(the checks of a saved state and the configuration it carries),
+:mod:`agents.estimator.products` (the products ``X V_a`` and ``Xᵀ U_a`` that a round's
+prediction, the inference wrappers' snapshot and the step share),
+:mod:`agents.estimator.divergence` (the guard), :mod:`agents.estimator.balancing` (Lemma 2.1)
+and :mod:`agents.estimator.kernels` (the same round compiled with numba, engine "numba").
 """
 
 from __future__ import annotations
@@ -45,11 +47,10 @@ from typing import Any
 
 import numpy as np
 
-from agents.estimator import divergence
+from agents.estimator import divergence, persistence
 from agents.estimator.balancing import balance
 from agents.estimator.divergence import DIVERGENCE_FACTOR
 from agents.estimator.factors import FactorStore, ProposedStep, PulledArms
-from agents.estimator.persistence import EstimatorPersistence
 from agents.estimator.step_size import (
     DEFAULT_STEP_GAIN,
     NUCLEAR_NORM_FLOOR,
@@ -58,6 +59,7 @@ from agents.estimator.step_size import (
     resolve_step,
     schedule,
 )
+from agents.state import FORMAT_VERSION
 from lrbandit_gym import engine
 from lrbandit_gym.input_checks import (
     check_actions,
@@ -105,7 +107,7 @@ def sgd_step_reference(M, X, y, a, p, t, rank, *, c=1.0, n0=0, v_bar=0.0):
     return out, res
 
 
-class LowRankSGD(EstimatorPersistence, FactorStore):
+class LowRankSGD:
     """Inverse-propensity weighted low-rank SGD for K reward matrices (Algorithm 1).
 
     Arm ``a`` is estimated by ``M_hat_a = U_a V_a^T`` with rank ``r`` factors.  At round
@@ -169,6 +171,10 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         Rounds absorbed since :meth:`initialize`.
     max_singular_value_setting : float or None
         The ``max_singular_value`` given to the constructor (None: the default rule).
+    store : FactorStore
+        The factors, the round's products and the counters
+        (:class:`~agents.estimator.factors.FactorStore`); the per-round API below forwards
+        to it.
 
     Notes
     -----
@@ -178,7 +184,7 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
     a stationary point of the factored gradient.
 
     Policies and inference wrappers that drive a round themselves use the per-round API
-    of the base class :class:`~agents.estimator.factors.FactorStore`: :meth:`check_context`
+    (the :attr:`store`'s, forwarded): :meth:`check_context`
     checks the context once, then :meth:`predict_checked`, :meth:`pulled` and :meth:`step`
     (on the round's :class:`~lrbandit_gym.rounds.Round`) share its products (keyed by the
     context's :meth:`fingerprint`);
@@ -232,8 +238,11 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
             else check_positive_float(max_singular_value, "max_singular_value")
         )
         self.c = float(d1 * d2) if self.context == "completion" else 1.0
+        self.d1, self.d2, self.rank = d1, d2, rank
+        self.n_actions, self.n_trials = n_actions, n_trials
+        self._trials = np.arange(self._B)
         # The factors, the round's products and the counters (agents.estimator.factors).
-        super().__init__(d1, d2, rank, n_actions, n_trials)
+        self.store = FactorStore(d1, d2, rank, n_actions, n_trials, self.context)
         # Set by initialize(): the warm start behind M_init and Σ_t 1{a_t=a}/π_t(a)², read
         # by the step's warm-start cap (agents.estimator.step_size.continuing_gain).
         self._prior_rounds = 0
@@ -243,6 +252,22 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         self._sv_bound = np.full(self._B, divergence.fixed_bound(self.max_singular_value_setting))
 
     # ------------------------------------------------------------------ properties
+    @property
+    def _B(self) -> int:
+        return 1 if self.n_trials is None else self.n_trials
+
+    def _out(self, arr: np.ndarray) -> np.ndarray:
+        """Drop the internal batch axis in the unbatched API."""
+        return arr[0] if self.n_trials is None else arr
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays the estimator holds: its :attr:`store`'s
+        (:attr:`FactorStore.nbytes <agents.estimator.factors.FactorStore.nbytes>`, the
+        round's products included) and its own per-trial bound and warm-start sums."""
+        own = (self._sv_bound, self._square_weight_sum, self._trials)
+        return self.store.nbytes + sum(x.nbytes for x in own)
+
     @property
     def max_singular_value(self) -> float | np.ndarray:
         """The divergence bound in force: a float, or ``(B,)`` per trial when batched.
@@ -284,12 +309,13 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         """``eta c w`` of the round for the pulled arm of every trial: ``(B,)``."""
         a = actions
         known = self.propensities == "known"
+        counts = self.store.arrays.counts
         if self.step_scale is not None:  # the paper's absolute step
             if known:  # eta_t c w_t with w_t = 1 / pi_t(a_t)
-                return (self._eta(self._t + 1) * self.c) / propensities[self._trials, a]
+                return (self._eta(self.store.t + 1) * self.c) / propensities[self._trials, a]
             # Algorithm 4: w_t = 1, eta indexed by the arm's own update count
-            return self.step_size(self._counts[self._trials, a] + 1) * self.c
-        t = self._t + 1 if known else self._counts[self._trials, a] + 1
+            return self.step_size(counts[self._trials, a] + 1) * self.c
+        t = self.store.t + 1 if known else counts[self._trials, a] + 1
         sched = schedule(t, self.step_offset, self.step_decay)
         if known and self._prior_rounds:
             # Never faster than the step that continues the warm start's average.
@@ -303,7 +329,8 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
                 self._prior_rounds, mean_square, self.n_actions, t, self.d1, self.d2, self.rank
             )
             sched = np.minimum(sched, cap / self.step_gain)
-        eta = normalized_step(self.step_gain, sched, self._sv, a, self.d1, self.d2)
+        sv = self.store.arrays.sv
+        eta = normalized_step(self.step_gain, sched, sv, a, self.d1, self.d2)
         return eta * self.c / propensities[self._trials, a] if known else eta * self.c
 
     # ------------------------------------------------------------------ initialisation
@@ -357,7 +384,7 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
                 RuntimeWarning,
                 stacklevel=2,
             )
-        self._set_factors(
+        self.store.set_factors(
             np.ascontiguousarray(U),
             np.ascontiguousarray(V),
             np.ascontiguousarray(s[..., :r]),
@@ -366,7 +393,7 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
             True,
         )
         self._sv_bound = divergence.initial_bound(
-            self._sv, self.max_singular_value_setting, self._B
+            self.store.arrays.sv, self.max_singular_value_setting, self._B
         )
         self._prior_rounds = prior_rounds
         self._square_weight_sum = np.zeros((self._B, K))
@@ -407,7 +434,7 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         RuntimeError
             If the estimator has not been initialised.
         """
-        self._require_init("update")
+        self.store.require_init("update")
         res = self.step(self.check_round(X, action, reward, propensities))
         return float(res[0]) if self.n_trials is None else res
 
@@ -509,21 +536,22 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         RuntimeError
             If the estimator has not been initialised.
         """
-        self._require_init("propose_step")
+        self.store.require_init("propose_step")
         Xb, a, y, fingerprint = round_.contexts, round_.actions, round_.rewards, round_.fingerprint
         coef = self._step_coefficients(a, round_.propensities)
         # Overflow (a diverging step, or contexts far outside the estimate's scale) shows
         # as non-finite factors or a singular value above the bound, both refused below.
         with np.errstate(over="ignore", invalid="ignore"):
             # The pulled arms' balanced factors and X V, Xᵀ U (not modified in place below).
-            U, V, XV, XtU = self._product_cache.pulled(Xb, a, self._U, self._V, fingerprint)
+            U, V, XV, XtU = self.store.pulled_products(Xb, a, fingerprint)
             try:
                 if engine.compiled():
                     from agents.estimator import kernels
 
                     one_hot = (Xb.rows, Xb.cols) if isinstance(Xb, OneHotContexts) else None
+                    U_all, V_all, sv_all, _ = self.store.arrays
                     res, U_new, V_new, sv_new = kernels.propose_pulled(
-                        self._U, self._V, a, y, coef, XV, XtU, one_hot, self._sv
+                        U_all, V_all, a, y, coef, XV, XtU, one_hot, sv_all
                     )
                 else:
                     # eq. (8): res = y - <U V^T, X> = y - <U, X V>,
@@ -545,7 +573,7 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
             U_new,
             V_new,
             sv_new,
-            self._version,
+            self.store.version,
             id(self),
             Xb.index if isinstance(Xb, OneHotContexts) else None,
             self._square_weights(a, round_.propensities),
@@ -581,14 +609,237 @@ class LowRankSGD(EstimatorPersistence, FactorStore):
         -------
         ndarray of shape (K,) or (B, K)
         """
-        self._require_init("predict")
+        self.store.require_init("predict")
         Xb, fp = self.check_context(X)
         return self._out(self.predict_checked(Xb, fp))
+
+    def commit_step(self, proposed: ProposedStep) -> np.ndarray:
+        """Write a step computed by :meth:`propose_step` on the current state.
+
+        Cannot fail on a proposal made against the current state: every check ran in
+        :meth:`propose_step`.
+
+        Parameters
+        ----------
+        proposed : ProposedStep
+            From this estimator's :meth:`propose_step`, with no change of the state since.
+
+        Returns
+        -------
+        ndarray of shape (B,)
+            The residuals ``y_t - <M_hat_{a_t, t-1}, X_t>`` before the step.
+
+        Raises
+        ------
+        ValueError
+            If ``proposed`` comes from another estimator or the state changed since it
+            was proposed (another step, :meth:`initialize`, :meth:`load_state_dict`);
+            nothing is written then.
+        """
+        if not isinstance(proposed, ProposedStep) or proposed.owner != id(self):
+            raise ValueError(
+                "proposed must be a ProposedStep from this estimator's propose_step(), got "
+                f"{type(proposed).__name__}"
+            )
+        self.store.commit(proposed)
+        if proposed.square_weights is not None:
+            self._square_weight_sum += proposed.square_weights
+        return proposed.residuals
+
+    # ------------------------------------------------------------------ the store's API
+    # Forwarded to the FactorStore (agents.estimator.factors), which documents each.
+    @property
+    def batched(self) -> bool:
+        """Whether the batched API (``n_trials`` given) is in use."""
+        return self.n_trials is not None
+
+    @property
+    def initialized(self) -> bool:
+        """Whether :meth:`initialize` (or :meth:`load_state_dict`) has set the factors."""
+        return self.store.initialized
+
+    @property
+    def t(self) -> int:
+        """Number of rounds absorbed by :meth:`update` since :meth:`initialize`."""
+        return self.store.t
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Per-arm update counts ``s_a``, shape ``(K,)`` or ``(B, K)`` (a copy)."""
+        return self.store.counts
+
+    @property
+    def version(self) -> int:
+        """Counter bumped by every change of the state (:attr:`FactorStore.version
+        <agents.estimator.factors.FactorStore.version>`)."""
+        return self.store.version
+
+    def check_context(self, X: Any) -> tuple[np.ndarray | OneHotContexts, np.ndarray]:
+        """Validate a context: :meth:`FactorStore.check_context
+        <agents.estimator.factors.FactorStore.check_context>`."""
+        return self.store.check_context(X)
+
+    def fingerprint(self, Xb: np.ndarray) -> np.ndarray:
+        """Per-trial ``<X, W>`` of contexts: :meth:`FactorStore.fingerprint
+        <agents.estimator.factors.FactorStore.fingerprint>`."""
+        return self.store.fingerprint(Xb)
+
+    def predict_checked(self, Xb: np.ndarray, fingerprint: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`predict` on checked contexts, ``(B, K)``: :meth:`FactorStore.predict_checked
+        <agents.estimator.factors.FactorStore.predict_checked>`."""
+        return self.store.predict_checked(Xb, fingerprint)
+
+    def pulled(
+        self, Xb: np.ndarray, actions: np.ndarray, fingerprint: np.ndarray | None = None
+    ) -> PulledArms:
+        """The pulled arms' factors and products before the step: :meth:`FactorStore.pulled
+        <agents.estimator.factors.FactorStore.pulled>`."""
+        return self.store.pulled(Xb, actions, fingerprint)
+
+    @property
+    def estimates(self) -> np.ndarray:
+        """Current estimates ``M_hat_a = U_a V_a^T``: ``(K, d1, d2)`` or ``(B, K, d1, d2)``."""
+        return self.store.estimates
+
+    def subspaces(self) -> tuple[np.ndarray, np.ndarray]:
+        """Orthonormal bases of each estimate's column and row spaces:
+        :meth:`FactorStore.subspaces <agents.estimator.factors.FactorStore.subspaces>`."""
+        return self.store.subspaces()
+
+    @property
+    def arm_versions(self) -> np.ndarray:
+        """Per (trial, arm) counter bumped whenever those factors change, (B, K) read-only:
+        :attr:`FactorStore.arm_versions <agents.estimator.factors.FactorStore.arm_versions>`."""
+        return self.store.arm_versions
+
+    @property
+    def step_support(self) -> np.ndarray:
+        """``(j, k)`` of the one-hot context of each arm's last step, (B, K, 2) read-only:
+        :attr:`FactorStore.step_support <agents.estimator.factors.FactorStore.step_support>`."""
+        return self.store.step_support
+
+    @property
+    def batched_factors(self) -> tuple[np.ndarray, np.ndarray]:
+        """Read-only views ``(U, V)`` in the batched layout: :attr:`FactorStore.batched_factors
+        <agents.estimator.factors.FactorStore.batched_factors>`."""
+        return self.store.batched_factors
+
+    def arm_factors(self, trials: Any, arms: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Gathered copies of chosen (trial, arm) pairs' factors: :meth:`FactorStore.arm_factors
+        <agents.estimator.factors.FactorStore.arm_factors>`."""
+        return self.store.arm_factors(trials, arms)
+
+    @property
+    def factors(self) -> tuple[np.ndarray, np.ndarray]:
+        """Balanced factors ``(U, V)`` (copies), shapes ``(K, d1, r)``, ``(K, d2, r)``.
+
+        Batched: ``(B, K, d1, r)``, ``(B, K, d2, r)``.  ``U_a^T U_a = V_a^T V_a = D_a``.
+        """
+        return self.store.factors
+
+    @property
+    def singular_values(self) -> np.ndarray:
+        """Singular values ``D`` of each estimate (decreasing): ``(K, r)`` or ``(B, K, r)``."""
+        return self.store.singular_values
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume, as plain numpy arrays and Python scalars (copies).
+
+        The dict is flat (no ``None``, no nesting), so it round-trips through
+        ``np.savez`` and ``np.load(allow_pickle=False)`` (:mod:`agents.state`).
+
+        Returns
+        -------
+        dict
+            ``format_version`` (:data:`agents.state.FORMAT_VERSION`), the configuration
+            (``d1``, ``d2``, ``rank``, ``n_actions``, ``n_trials`` (``0`` for unbatched),
+            ``context``, ``step_scale``, ``step_offset``, ``step_decay``,
+            ``propensities``, ``step_gain``) and state (``U``, ``V``, ``singular_values``
+            ``(B, K, r)``, ``counts`` ``(B, K)`` int64, ``t``, ``initialized``,
+            ``max_singular_value``: the divergence bound per trial, ``prior_rounds`` and
+            ``square_weight_sum`` ``(B, K)``: the step's warm-start cap), always in the
+            internal batched layout.
+        """
+        U, V, sv, counts = self.store.arrays
+        return {
+            "format_version": FORMAT_VERSION,
+            **persistence.config(self),
+            "U": U.copy(),
+            "V": V.copy(),
+            "singular_values": sv.copy(),
+            "counts": counts.copy(),
+            "t": int(self.store.t),
+            "initialized": bool(self.store.initialized),
+            "max_singular_value": self._sv_bound.copy(),
+            "prior_rounds": int(self._prior_rounds),
+            "square_weight_sum": self._square_weight_sum.copy(),
+        }
+
+    def validate_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Check a :meth:`state_dict` against this estimator, changing nothing
+        (:func:`agents.estimator.persistence.validate_state`).
+
+        Returns
+        -------
+        dict
+            The validated state as copies, for :meth:`load_state_dict`.
+
+        Raises
+        ------
+        ValueError
+            If a key is missing, the configuration differs from this object's, an array has
+            the wrong shape, dtype or non-finite entries, ``t`` or a count is negative, a
+            singular value is negative or out of order, the counts do not add up to ``t``,
+            or an uninitialised state holds factors.
+        """
+        return persistence.validate_state(self, state)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`: everything is validated first
+        (:meth:`validate_state_dict`), so a failure changes nothing.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`validate_state_dict`.
+        """
+        checked = self.validate_state_dict(state)
+        self.store.set_factors(
+            checked["U"],
+            checked["V"],
+            checked["singular_values"],
+            checked["counts"],
+            checked["t"],
+            checked["initialized"],
+        )
+        self._sv_bound = checked["max_singular_value"]
+        self._prior_rounds = checked["prior_rounds"]
+        self._square_weight_sum = checked["square_weight_sum"]
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> LowRankSGD:
+        """Build an estimator from its configuration in a :meth:`state_dict`, then load the
+        state (:meth:`validate_state_dict` checks it first).
+
+        Raises
+        ------
+        ValueError
+            If a configuration key is missing, or as :meth:`validate_state_dict`.
+        """
+        return persistence.from_state(cls, state)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.state_dict()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        other = type(self).from_state_dict(state)
+        self.__dict__.update(other.__dict__)
 
     def __repr__(self) -> str:
         batch = "" if self.n_trials is None else f", n_trials={self.n_trials}"
         return (
             f"LowRankSGD(d1={self.d1}, d2={self.d2}, rank={self.rank}, "
             f"n_actions={self.n_actions}{batch}, context={self.context!r}, "
-            f"propensities={self.propensities!r}, t={self._t})"
+            f"propensities={self.propensities!r}, t={self.store.t})"
         )

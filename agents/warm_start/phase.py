@@ -32,7 +32,10 @@ the first rounds it sees, weighted by ``1/π`` (:mod:`inference.wrappers.own_est
 5. **Rollback.**  If the fit or the check fails, the round that completed the phase is
    taken back out (:meth:`WarmStart.discard_last`) and the error raised: the owner is as it
    was before the round.
-6. **State.**  The store's ``state_dict`` (its ``length`` is the phase's current length,
+6. **Hand-off.**  ``M_init`` initialises the estimator and the store is released
+   (:meth:`WarmStart.hand_off`, which says how the policies' and the wrappers' hand-offs
+   differ); if that fails, the rollback of step 5.
+7. **State.**  The store's ``state_dict`` (its ``length`` is the phase's current length,
    extended or not) and a checked restore into a fresh store of that length.
 """
 
@@ -270,6 +273,11 @@ class WarmStart:
         self.store.add_round(round_, weights)
 
     @property
+    def nbytes(self) -> int:
+        """Bytes the phase holds: its store's ``nbytes`` (0 once the phase is over)."""
+        return 0 if self.store is None else self.store.nbytes
+
+    @property
     def full(self) -> bool:
         """Whether every round of the phase has been stored."""
         return self.store.full
@@ -343,6 +351,31 @@ class WarmStart:
             X, weights, M = X[None], weights[None], M[None]
         self.noise_to_signal = noise_to_signal(M, result, X, weights)
         return result
+
+    def hand_off(self, estimator: Any, M_init: np.ndarray, *, uniform: bool) -> None:
+        """Initialise ``estimator`` (a :class:`~agents.estimator.LowRankSGD`) from the
+        ``M_init`` of :meth:`finish`, then end the phase (:meth:`release`).
+
+        The low-rank policies and an inference wrapper's own estimator run the same phase
+        and differ in one thing, the law of its rounds.  A policy explores uniformly: its
+        rounds carry weight 1, the held-out check is opt-in, and ``uniform=True`` hands the
+        phase's length (extended or not) to the estimator as ``prior_rounds``, so that the
+        SGD's step never outruns the average of those rounds
+        (:func:`agents.estimator.step_size.continuing_gain`).  A wrapper sees the rounds
+        some other policy played: they carry weight ``1/π``, the held-out check always runs,
+        and ``uniform=False`` hands no prior rounds (that cap's average is over uniformly
+        explored rounds, which these are not); it hands off in the commit of the round that
+        completed the phase, after :meth:`finish` ran in its preparation.
+
+        Rollback: if ``initialize`` fails, the round that completed the phase is taken back
+        out (:meth:`discard_last`) and the error raised; the phase goes on.
+        """
+        try:
+            estimator.initialize(M_init, prior_rounds=self.rounds if uniform else 0)
+        except BaseException:
+            self.discard_last()
+            raise
+        self.release()
 
     def release(self) -> None:
         """End the phase: the store gives its memory up (to

@@ -86,9 +86,10 @@ class OwnEstimator:
             M_init, check = warm.finish(check=True, who=f"{who}'s own warm start", stacklevel=3)
 
             def start() -> None:
-                self.estimator.initialize(M_init)
+                # Rounds of the logging policy, weighted 1/π: WarmStart.hand_off says why
+                # they cap nothing.
+                warm.hand_off(self.estimator, M_init, uniform=False)
                 self.check = check
-                warm.release()
 
             return start
         proposal = self.estimator.propose_step(round_)

@@ -104,6 +104,9 @@ class OptimalValueInference:
         self.n_actions = check_positive_int(n_actions, "n_actions", minimum=2)
         self.n_trials = check_n_trials(n_trials)
         self.propensities = check_choice(propensities, "propensities", _MODES)
+        #: Whether results carry a leading trial axis.
+        self.batched = self.n_trials is not None
+        self._B = 1 if self.n_trials is None else self.n_trials  # trials in the sums
         self._reset()
 
     def _reset(self) -> None:
@@ -115,15 +118,6 @@ class OptimalValueInference:
         self._sum_sv = np.zeros(B)  # sum_t sigma_hat^2_{a_hat_t, t}/(1 - e_t)
         self._sigma_num = np.zeros((B, K))  # numerator of sigma_hat^2_{i,t}
         self._pulls = np.zeros((B, K), dtype=np.int64)
-
-    @property
-    def _B(self) -> int:
-        return 1 if self.n_trials is None else self.n_trials
-
-    @property
-    def batched(self) -> bool:
-        """Whether results carry a leading trial axis."""
-        return self.n_trials is not None
 
     def _out(self, arr: np.ndarray) -> Any:
         if self.batched:
@@ -233,8 +227,29 @@ class OptimalValueInference:
         reward : ndarray of shape (B,)
         propensities : ndarray of shape (B, K)
         """
-        if self._B == 1:
-            self._update_one(predictions[0], int(action[0]), float(reward[0]), propensities[0])
+        if self._B == 1:  # Python scalars: the same operations in the same order as below
+            # (so the same numbers), without the per-call cost of small arrays
+            pred, p = predictions[0], propensities[0]
+            a, y = int(action[0]), float(reward[0])
+            a_hat = int(pred.argmax())
+            p_hat = float(p[a_hat])
+            q = float(pred[a_hat])
+            res = y - float(pred[a])
+            num, pulls = self._sigma_num[0], self._pulls[0]
+            if self.propensities == "known":
+                num[a] += res * res / float(p[a])
+                pulls[a] += 1
+                sigma2_t = float(num[a_hat]) / (self._n + 1)
+            else:
+                num[a] += res * res
+                pulls[a] += 1
+                k = int(pulls[a_hat])
+                sigma2_t = float(num[a_hat]) / max(k, 1) if k > 0 else 0.0
+            self._sum_q[0] += q
+            self._sum_q2[0] += q * q
+            self._sum_corr[0] += res / p_hat if a == a_hat else 0.0
+            self._sum_sv[0] += sigma2_t / p_hat
+            self._n += 1
             return
         pred, a, y, p = predictions, action, reward, propensities
         trials = np.arange(self._B)
@@ -257,29 +272,6 @@ class OptimalValueInference:
         self._sum_q2 += q * q
         self._sum_corr += np.where(a == a_hat, res / p_hat, 0.0)  # V_hat_n, eq. (16)
         self._sum_sv += sigma2_t / p_hat  # S_hat_V^2, eq. (18)
-        self._n += 1
-
-    def _update_one(self, pred: np.ndarray, a: int, y: float, p: np.ndarray) -> None:
-        """:meth:`_absorb` for one trial in Python scalars: the same operations in
-        the same order (so the same numbers), without the per-call cost of small arrays."""
-        a_hat = int(pred.argmax())
-        p_hat = float(p[a_hat])
-        q = float(pred[a_hat])
-        res = y - float(pred[a])
-        num, pulls = self._sigma_num[0], self._pulls[0]
-        if self.propensities == "known":
-            num[a] += res * res / float(p[a])
-            pulls[a] += 1
-            sigma2_t = float(num[a_hat]) / (self._n + 1)
-        else:
-            num[a] += res * res
-            pulls[a] += 1
-            k = int(pulls[a_hat])
-            sigma2_t = float(num[a_hat]) / max(k, 1) if k > 0 else 0.0
-        self._sum_q[0] += q
-        self._sum_q2[0] += q * q
-        self._sum_corr[0] += res / p_hat if a == a_hat else 0.0
-        self._sum_sv[0] += sigma2_t / p_hat
         self._n += 1
 
     # ------------------------------------------------------------------ read-out

@@ -94,7 +94,8 @@ class ParameterTracker(Tracker):
         if kind == "factors":
             estimate = self._core.estimate_parts(*parts, round_.actions)
             return kind, self._core.propose(round_, estimate), parts
-        return kind, self._feed.propose(parts, round_), parts
+        # The feed's core is this tracker's: its propose(), without the hand-off's call.
+        return kind, self._core.propose(round_, parts.estimate), parts
 
     def commit(self, staged, round_: Round) -> None:
         kind, terms, parts = staged
@@ -117,7 +118,9 @@ class ParameterTracker(Tracker):
         if core.n_obs:
             se = core.standard_errors()  # (…, K, n_T)
             info["sigma2"] = core.sigma2
-            info["standard_error"] = {name: se[..., k] for k, name in enumerate(self.target_names)}
+            info["standard_error"] = dict(
+                zip(self.target_names, np.moveaxis(se, -1, 0), strict=True)
+            )
         return info
 
     # ------------------------------------------------------------------ read-out

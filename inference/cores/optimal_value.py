@@ -111,7 +111,8 @@ class OptimalValueInference:
 
     def _reset(self) -> None:
         B, K = self._B, self.n_actions
-        self._n = 0
+        #: Rounds absorbed so far (``n``).
+        self.n_obs = 0
         self._sum_q = np.zeros(B)  # sum_t q_t
         self._sum_q2 = np.zeros(B)  # sum_t q_t^2
         self._sum_corr = np.zeros(B)  # sum_t 1{a_t = a_hat_t}/(1 - e_t) (y_t - q_t)
@@ -239,7 +240,7 @@ class OptimalValueInference:
             if self.propensities == "known":
                 num[a] += res * res / float(p[a])
                 pulls[a] += 1
-                sigma2_t = float(num[a_hat]) / (self._n + 1)
+                sigma2_t = float(num[a_hat]) / (self.n_obs + 1)
             else:
                 num[a] += res * res
                 pulls[a] += 1
@@ -249,7 +250,7 @@ class OptimalValueInference:
             self._sum_q2[0] += q * q
             self._sum_corr[0] += res / p_hat if a == a_hat else 0.0
             self._sum_sv[0] += sigma2_t / p_hat
-            self._n += 1
+            self.n_obs += 1
             return
         pred, a, y, p = predictions, action, reward, propensities
         trials = np.arange(self._B)
@@ -260,7 +261,7 @@ class OptimalValueInference:
         if self.propensities == "known":  # sigma_hat^2_{i,t}, eq. (19)
             self._sigma_num[trials, a] += res * res / p[trials, a]
             self._pulls[trials, a] += 1
-            sigma2_t = self._sigma_num[trials, a_hat] / (self._n + 1)
+            sigma2_t = self._sigma_num[trials, a_hat] / (self.n_obs + 1)
         else:  # eq. (A.4): the mean squared residual of the arm's pulls
             self._sigma_num[trials, a] += res * res
             self._pulls[trials, a] += 1
@@ -272,14 +273,9 @@ class OptimalValueInference:
         self._sum_q2 += q * q
         self._sum_corr += np.where(a == a_hat, res / p_hat, 0.0)  # V_hat_n, eq. (16)
         self._sum_sv += sigma2_t / p_hat  # S_hat_V^2, eq. (18)
-        self._n += 1
+        self.n_obs += 1
 
     # ------------------------------------------------------------------ read-out
-    @property
-    def n_obs(self) -> int:
-        """Rounds absorbed so far (``n``)."""
-        return self._n
-
     @property
     def n_pulls(self) -> Any:
         """Pulls of each arm, shape ``(K,)`` or ``(B, K)``."""
@@ -289,11 +285,11 @@ class OptimalValueInference:
     def estimate(self) -> Any:
         """``V_hat_n`` (NaN before the first round)."""
         return self._out(
-            (self._sum_q + self._sum_corr) / self._n if self._n else np.full(self._B, np.nan)
+            (self._sum_q + self._sum_corr) / self.n_obs if self.n_obs else np.full(self._B, np.nan)
         )
 
     def _S2_V(self) -> np.ndarray:
-        n = self._n
+        n = self.n_obs
         if self._B == 1:  # the same operations on Python floats, without small-array costs
             mean = float(self._sum_q[0]) / n
             spread = float(self._sum_q2[0]) / n - mean * mean
@@ -305,7 +301,7 @@ class OptimalValueInference:
     @property
     def S2_V(self) -> Any:
         """``S_hat_V^2`` (NaN before the first round)."""
-        return self._out(self._S2_V() if self._n else np.full(self._B, np.nan))
+        return self._out(self._S2_V() if self.n_obs else np.full(self._B, np.nan))
 
     @property
     def sigma2(self) -> Any:
@@ -316,7 +312,7 @@ class OptimalValueInference:
         """
         with np.errstate(invalid="ignore", divide="ignore"):
             if self.propensities == "known":
-                out = self._sigma_num / self._n if self._n else self._sigma_num * np.nan
+                out = self._sigma_num / self.n_obs if self.n_obs else self._sigma_num * np.nan
             else:
                 out = np.where(
                     self._pulls > 0, self._sigma_num / np.maximum(self._pulls, 1), np.nan
@@ -326,7 +322,7 @@ class OptimalValueInference:
     def _value_and_se(self, what: str) -> tuple[np.ndarray, np.ndarray]:
         """``V_hat_n`` and its standard error per trial; NaN, with a warning, where they are
         not estimable yet."""
-        n = self._n
+        n = self.n_obs
         if n < 2:
             warn_insufficient(
                 f"{n} round(s) observed: at least {2 - n} more round(s) are needed to "
@@ -387,7 +383,7 @@ class OptimalValueInference:
             tuning_n,
             estimate=est,
             standard_error=se,
-            n_obs=self._n,
+            n_obs=self.n_obs,
             confidence_level=level,
             method=method,
             batched=self.batched,
@@ -442,7 +438,7 @@ class OptimalValueInference:
             tuning_n,
             estimate=est,
             standard_error=se,
-            n_obs=self._n,
+            n_obs=self.n_obs,
             confidence_level=level,
             method=method,
             batched=self.batched,
@@ -458,7 +454,7 @@ class OptimalValueInference:
             "n_actions": self.n_actions,
             "n_trials": 0 if self.n_trials is None else self.n_trials,
             "propensities": self.propensities,
-            "n": int(self._n),
+            "n": int(self.n_obs),
             **{key: getattr(self, "_" + key).copy() for key in _SUMS},
         }
 
@@ -499,7 +495,7 @@ class OptimalValueInference:
         """Restore a :meth:`state_dict`: everything is validated first
         (:meth:`validate_state_dict`), so a failure changes nothing."""
         new = self.validate_state_dict(state)
-        self._n = new.pop("n")
+        self.n_obs = new.pop("n")
         for key, arr in new.items():
             setattr(self, "_" + key, arr)
 
@@ -507,5 +503,5 @@ class OptimalValueInference:
         batch = "" if self.n_trials is None else f", n_trials={self.n_trials}"
         return (
             f"OptimalValueInference(n_actions={self.n_actions}{batch}, "
-            f"propensities={self.propensities!r}; n_obs={self._n})"
+            f"propensities={self.propensities!r}; n_obs={self.n_obs})"
         )

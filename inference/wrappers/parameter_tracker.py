@@ -118,9 +118,7 @@ class ParameterTracker(Tracker):
         if core.n_obs:
             se = core.standard_errors()  # (…, K, n_T)
             info["sigma2"] = core.sigma2
-            info["standard_error"] = dict(
-                zip(self.target_names, np.moveaxis(se, -1, 0), strict=True)
-            )
+            info["standard_error"] = {name: se[..., k] for k, name in enumerate(self.target_names)}
         return info
 
     # ------------------------------------------------------------------ read-out

@@ -106,13 +106,6 @@ class RoundCheck:
         shape = (self.d1, self.d2) if b is None else (b, self.d1, self.d2)
         return np.asarray(obs, dtype=float).reshape(shape)
 
-    def batched(self, x):
-        """A context from :meth:`context_of` in the batched layout (B, d1, d2), or as
-        :class:`~lrbandit_gym.onehot.OneHotContexts` (already batched)."""
-        if isinstance(x, OneHotContexts) or self.n_trials is not None:
-            return x
-        return x[None]
-
     # ------------------------------------------------------------------ before the step
     def check(self, action) -> CheckedRound:
         """The round's action, propensities and context, checked before the inner step.
@@ -174,10 +167,11 @@ class RoundCheck:
 
     def _check_context(self) -> tuple[np.ndarray | None, np.ndarray | OneHotContexts]:
         """Refuse a non-finite context; return ``(fingerprint, contexts)``, the contexts in
-        the batched layout of :meth:`batched`.  With a :class:`LowRankSGD` the check is the
-        context's fingerprint (one pass), which is returned for the estimator's product
-        cache; otherwise None.  A dense one-hot completion context is replaced by its index
-        form (one pass), which the estimator and the cores read at O((d1 + d2) r)."""
+        the batched layout (B, d1, d2) or as :class:`~lrbandit_gym.onehot.OneHotContexts`.
+        With a :class:`LowRankSGD` the check is the context's fingerprint (one pass), which
+        is returned for the estimator's product cache; otherwise None.  A dense one-hot
+        completion context is replaced by its index form (one pass), which the estimator and
+        the cores read at O((d1 + d2) r)."""
         est = self.estimator if isinstance(self.estimator, LowRankSGD) else None
         if self.context == "completion" and (
             isinstance(self.x, OneHotContexts) or is_index_like(self.x, self.n_trials)

@@ -17,8 +17,7 @@ import gymnasium as gym
 
 from lrbandit_gym.decision import Decision, split_decision
 from lrbandit_gym.env import MatrixContextBanditEnv
-from lrbandit_gym.problem import BanditProblem
-from lrbandit_gym.sampling import CONTEXTS, NOISES
+from lrbandit_gym.problem import CONTEXTS, NOISES, BanditProblem
 from lrbandit_gym.truth import draw_low_rank_truth, optimal_value
 from lrbandit_gym.vector_env import MatrixContextBanditVectorEnv
 

@@ -117,7 +117,8 @@ class ContextSource:
         return self.kind is not None
 
     def draw(self, rng: np.random.Generator, batch: int, dtype, matrix: bool = True):
-        """``(X, flat_index)`` as :func:`lrbandit_gym.sampling.draw_contexts` returns them."""
+        """``(X, flat_index)`` as
+        :meth:`lrbandit_gym.problem.BanditProblem.draw_contexts` returns them."""
         if self.kind == "kronecker":
             Z = rng.standard_normal((batch, self.d1, self.d2))
             return np.matmul(np.matmul(self._Lr, Z), self._LcT).astype(dtype, copy=False), None

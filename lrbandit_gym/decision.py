@@ -52,6 +52,8 @@ def decision_propensities(action: Any, propensity_fn: Any, obs: Any, needs: str)
         For a bare action without ``propensity_fn``, beginning with ``needs`` (who needs
         the propensities, and why): a propensity is never assumed.
     """
+    if isinstance(action, Decision):  # split_decision's common case, without its call
+        return action.action, np.asarray(action.propensities)
     arm, props = split_decision(action)
     if props is None:
         if propensity_fn is None:

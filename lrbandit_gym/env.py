@@ -9,14 +9,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from lrbandit_gym.decision import split_decision
+from lrbandit_gym.decision import Decision, split_decision
 from lrbandit_gym.problem import (
     BanditProblem,
     GroundTruthMixin,
     check_flatten,
     observation_space,
 )
-from lrbandit_gym.sampling import draw_noise
 
 __all__ = ["MatrixContextBanditEnv", "check_action"]
 
@@ -197,10 +196,12 @@ class MatrixContextBanditEnv(GroundTruthMixin, gym.Env):
     def step(self, action):
         if self._context is None:
             raise RuntimeError("Call reset() before step().")
-        arm, _ = split_decision(action)
-        arm = check_action(arm, self.problem.n_actions)
+        p = self.problem
+        arm = action.action if isinstance(action, Decision) else split_decision(action)[0]
+        if type(arm) is not int or not 0 <= arm < p.n_actions:  # a Python int in range passes
+            arm = check_action(arm, p.n_actions)
         expected = self._expected
-        noise = self.problem.noise_std[arm] * draw_noise(self.np_random, self.problem.noise, None)
+        noise = p.noise_std[arm] * p.draw_noise(self.np_random, None)
         reward = float(expected[arm] + noise)
         best = int(np.argmax(expected))
         info = {

@@ -371,8 +371,22 @@ def check_propensities(
     if arr.shape != expected:
         raise ValueError(f"{name} must have shape {expected}, got shape {arr.shape}")
     rows = arr.reshape(-1, n_actions)
-    if not batched:
-        _check_one_pmf(arr.tolist(), action, name, require_chosen_positive)
+    if not batched:  # one pmf in plain Python (a few hundred ns for small K)
+        values = arr.tolist()
+        for j, v in enumerate(values):
+            if not math.isfinite(v):
+                raise ValueError(f"{name} must be finite, got {v!r} at index ({j},)")
+        if min(values) < 0:
+            raise ValueError(f"{name} must be >= 0, got {values}")
+        total = math.fsum(values)
+        if abs(total - 1.0) > PROPENSITY_TOL:
+            raise ValueError(
+                f"{name} must sum to 1 (tol {PROPENSITY_TOL:g}), got sum {total!r} for {values}"
+            )
+        if require_chosen_positive and action is not None:
+            a = int(action[0])
+            if not values[a] >= MIN_PROPENSITY:
+                raise _too_small(name, a, values[a])
         return rows
     check_finite(rows, name, batched=True)
     totals = rows.sum(axis=1)
@@ -396,26 +410,6 @@ def check_propensities(
             where = f" (trial {i})" if batched else ""
             raise _too_small(name, int(action[i]), chosen[i], where)
     return rows
-
-
-def _check_one_pmf(
-    values: list[float], action: np.ndarray | None, name: str, require_chosen_positive: bool
-) -> None:
-    """Unbatched propensity checks in plain Python (a few hundred ns for small K)."""
-    for j, v in enumerate(values):
-        if not math.isfinite(v):
-            raise ValueError(f"{name} must be finite, got {v!r} at index ({j},)")
-    if min(values) < 0:
-        raise ValueError(f"{name} must be >= 0, got {values}")
-    total = math.fsum(values)
-    if abs(total - 1.0) > PROPENSITY_TOL:
-        raise ValueError(
-            f"{name} must sum to 1 (tol {PROPENSITY_TOL:g}), got sum {total!r} for {values}"
-        )
-    if require_chosen_positive and action is not None:
-        a = int(action[0])
-        if not values[a] >= MIN_PROPENSITY:
-            raise _too_small(name, a, values[a])
 
 
 def check_real(value: Any, name: str) -> None:

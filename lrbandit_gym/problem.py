@@ -6,6 +6,7 @@ argument checking and the oracle quantities exist once.
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 
 import numpy as np
@@ -14,7 +15,6 @@ from gymnasium import spaces
 from lrbandit_gym.context_law import ContextLaw, IsotropicLaw
 from lrbandit_gym.context_source import ContextSource
 from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_positive_int
-from lrbandit_gym.sampling import CONTEXTS, NOISES, draw_contexts
 from lrbandit_gym.truth import (
     draw_low_rank_truth,
     gaussian_expected_max,
@@ -23,6 +23,8 @@ from lrbandit_gym.truth import (
 )
 
 __all__ = [
+    "CONTEXTS",
+    "NOISES",
     "OBSERVATIONS",
     "BanditProblem",
     "GroundTruthMixin",
@@ -31,6 +33,12 @@ __all__ = [
     "observation_space",
 ]
 
+CONTEXTS = ("gaussian", "completion")
+#: Unit-variance noise laws; ``noise_std`` scales them.  "uniform" and "rademacher" are
+#: sub-Gaussian alternatives to "gaussian"; "student_t" (3 degrees of freedom) and "laplace"
+#: are heavy(ier)-tailed, for robustness studies.
+NOISES = ("gaussian", "uniform", "rademacher", "laplace", "student_t")
+STUDENT_T_DF = 3.0
 #: Forms of the observation: the context matrix, or (completion contexts only) its index.
 OBSERVATIONS = ("matrix", "index")
 
@@ -77,6 +85,8 @@ class BanditProblem:
         self.source = ContextSource(
             self.d1, self.d2, context, context_std, context_corr, entry_probs, contexts
         )
+        # The source draws only a law other than the paper's two; fixed for the problem.
+        self._source_draw = self.source.draw if self.source.active else None
         if noise not in NOISES:
             raise ValueError(f"noise must be one of {NOISES}; got {noise!r}")
         self.noise = noise
@@ -143,11 +153,39 @@ class BanditProblem:
         return self.source.law if self.source.law is not None else "estimated"
 
     def draw_contexts(self, rng: np.random.Generator, batch: int, matrix: bool = True):
-        """``(X, flat_index)`` of ``batch`` contexts, as
-        :func:`lrbandit_gym.sampling.draw_contexts` returns them."""
-        if self.source.active:
-            return self.source.draw(rng, batch, self.dtype, matrix)
-        return draw_contexts(rng, batch, self.d1, self.d2, self.context, self.dtype, matrix)
+        """Draw ``batch`` contexts of shape ``(batch, d1, d2)`` from ``rng``.
+
+        Returns ``(X, flat_index)``: for completion contexts ``X[b] = e_j e_kᵀ`` and
+        ``flat_index[b] = j·d2 + k`` (so oracle rewards need no pass over ``X``); ``None``
+        for Gaussian contexts.  With ``matrix=False`` (completion only) ``X`` is None and
+        only the index is drawn: the same draw from ``rng``, so both forms give the same
+        contexts.  A law other than the paper's two is drawn by :attr:`source`.
+        """
+        if self._source_draw is not None:
+            return self._source_draw(rng, batch, self.dtype, matrix)
+        if self.context == "gaussian":
+            return rng.standard_normal((batch, self.d1, self.d2), dtype=self.dtype), None
+        d1, d2 = self.d1, self.d2
+        flat_index = rng.integers(0, d1 * d2, size=batch)
+        if not matrix:
+            return None, flat_index
+        x = np.zeros((batch, d1 * d2), dtype=self.dtype)
+        x[np.arange(batch), flat_index] = 1
+        return x.reshape(batch, d1, d2), flat_index
+
+    def draw_noise(self, rng: np.random.Generator, size) -> np.ndarray:
+        """Draw unit-variance, zero-mean noise of the problem's law (``size`` as numpy's;
+        None: one float)."""
+        kind = self.noise
+        if kind == "gaussian":
+            return rng.standard_normal(size)
+        if kind == "uniform":
+            return rng.uniform(-math.sqrt(3.0), math.sqrt(3.0), size)
+        if kind == "rademacher":
+            return rng.integers(0, 2, size=size) * 2.0 - 1.0
+        if kind == "laplace":
+            return rng.laplace(0.0, 1.0 / math.sqrt(2.0), size)
+        return rng.standard_t(STUDENT_T_DF, size) / math.sqrt(STUDENT_T_DF / (STUDENT_T_DF - 2))
 
     @cached_property
     def arm_values(self) -> np.ndarray:

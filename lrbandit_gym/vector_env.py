@@ -17,7 +17,6 @@ from lrbandit_gym.problem import (
     check_flatten,
     observation_space,
 )
-from lrbandit_gym.sampling import draw_noise
 
 __all__ = ["MatrixContextBanditVectorEnv"]
 
@@ -168,7 +167,7 @@ class MatrixContextBanditVectorEnv(GroundTruthMixin, VectorEnv):
         p = self.problem
         b = np.arange(self.num_envs)
         expected = self._expected
-        noise = p.noise_std[arms] * draw_noise(self.np_random, p.noise, self.num_envs)
+        noise = p.noise_std[arms] * p.draw_noise(self.np_random, self.num_envs)
         rewards = expected[b, arms] + noise
         best = expected.argmax(axis=1)
         infos = {

@@ -104,26 +104,21 @@ class OptimalValueInference:
         self.n_actions = check_positive_int(n_actions, "n_actions", minimum=2)
         self.n_trials = check_n_trials(n_trials)
         self.propensities = check_choice(propensities, "propensities", _MODES)
+        #: Whether results carry a leading trial axis.
+        self.batched = self.n_trials is not None
+        self._B = 1 if self.n_trials is None else self.n_trials  # trials in the sums
         self._reset()
 
     def _reset(self) -> None:
         B, K = self._B, self.n_actions
-        self._n = 0
+        #: Rounds absorbed so far (``n``).
+        self.n_obs = 0
         self._sum_q = np.zeros(B)  # sum_t q_t
         self._sum_q2 = np.zeros(B)  # sum_t q_t^2
         self._sum_corr = np.zeros(B)  # sum_t 1{a_t = a_hat_t}/(1 - e_t) (y_t - q_t)
         self._sum_sv = np.zeros(B)  # sum_t sigma_hat^2_{a_hat_t, t}/(1 - e_t)
         self._sigma_num = np.zeros((B, K))  # numerator of sigma_hat^2_{i,t}
         self._pulls = np.zeros((B, K), dtype=np.int64)
-
-    @property
-    def _B(self) -> int:
-        return 1 if self.n_trials is None else self.n_trials
-
-    @property
-    def batched(self) -> bool:
-        """Whether results carry a leading trial axis."""
-        return self.n_trials is not None
 
     def _out(self, arr: np.ndarray) -> Any:
         if self.batched:
@@ -233,8 +228,29 @@ class OptimalValueInference:
         reward : ndarray of shape (B,)
         propensities : ndarray of shape (B, K)
         """
-        if self._B == 1:
-            self._update_one(predictions[0], int(action[0]), float(reward[0]), propensities[0])
+        if self._B == 1:  # Python scalars: the same operations in the same order as below
+            # (so the same numbers), without the per-call cost of small arrays
+            pred, p = predictions[0], propensities[0]
+            a, y = int(action[0]), float(reward[0])
+            a_hat = int(pred.argmax())
+            p_hat = float(p[a_hat])
+            q = float(pred[a_hat])
+            res = y - float(pred[a])
+            num, pulls = self._sigma_num[0], self._pulls[0]
+            if self.propensities == "known":
+                num[a] += res * res / float(p[a])
+                pulls[a] += 1
+                sigma2_t = float(num[a_hat]) / (self.n_obs + 1)
+            else:
+                num[a] += res * res
+                pulls[a] += 1
+                k = int(pulls[a_hat])
+                sigma2_t = float(num[a_hat]) / max(k, 1) if k > 0 else 0.0
+            self._sum_q[0] += q
+            self._sum_q2[0] += q * q
+            self._sum_corr[0] += res / p_hat if a == a_hat else 0.0
+            self._sum_sv[0] += sigma2_t / p_hat
+            self.n_obs += 1
             return
         pred, a, y, p = predictions, action, reward, propensities
         trials = np.arange(self._B)
@@ -245,7 +261,7 @@ class OptimalValueInference:
         if self.propensities == "known":  # sigma_hat^2_{i,t}, eq. (19)
             self._sigma_num[trials, a] += res * res / p[trials, a]
             self._pulls[trials, a] += 1
-            sigma2_t = self._sigma_num[trials, a_hat] / (self._n + 1)
+            sigma2_t = self._sigma_num[trials, a_hat] / (self.n_obs + 1)
         else:  # eq. (A.4): the mean squared residual of the arm's pulls
             self._sigma_num[trials, a] += res * res
             self._pulls[trials, a] += 1
@@ -257,37 +273,9 @@ class OptimalValueInference:
         self._sum_q2 += q * q
         self._sum_corr += np.where(a == a_hat, res / p_hat, 0.0)  # V_hat_n, eq. (16)
         self._sum_sv += sigma2_t / p_hat  # S_hat_V^2, eq. (18)
-        self._n += 1
-
-    def _update_one(self, pred: np.ndarray, a: int, y: float, p: np.ndarray) -> None:
-        """:meth:`_absorb` for one trial in Python scalars: the same operations in
-        the same order (so the same numbers), without the per-call cost of small arrays."""
-        a_hat = int(pred.argmax())
-        p_hat = float(p[a_hat])
-        q = float(pred[a_hat])
-        res = y - float(pred[a])
-        num, pulls = self._sigma_num[0], self._pulls[0]
-        if self.propensities == "known":
-            num[a] += res * res / float(p[a])
-            pulls[a] += 1
-            sigma2_t = float(num[a_hat]) / (self._n + 1)
-        else:
-            num[a] += res * res
-            pulls[a] += 1
-            k = int(pulls[a_hat])
-            sigma2_t = float(num[a_hat]) / max(k, 1) if k > 0 else 0.0
-        self._sum_q[0] += q
-        self._sum_q2[0] += q * q
-        self._sum_corr[0] += res / p_hat if a == a_hat else 0.0
-        self._sum_sv[0] += sigma2_t / p_hat
-        self._n += 1
+        self.n_obs += 1
 
     # ------------------------------------------------------------------ read-out
-    @property
-    def n_obs(self) -> int:
-        """Rounds absorbed so far (``n``)."""
-        return self._n
-
     @property
     def n_pulls(self) -> Any:
         """Pulls of each arm, shape ``(K,)`` or ``(B, K)``."""
@@ -297,11 +285,11 @@ class OptimalValueInference:
     def estimate(self) -> Any:
         """``V_hat_n`` (NaN before the first round)."""
         return self._out(
-            (self._sum_q + self._sum_corr) / self._n if self._n else np.full(self._B, np.nan)
+            (self._sum_q + self._sum_corr) / self.n_obs if self.n_obs else np.full(self._B, np.nan)
         )
 
     def _S2_V(self) -> np.ndarray:
-        n = self._n
+        n = self.n_obs
         if self._B == 1:  # the same operations on Python floats, without small-array costs
             mean = float(self._sum_q[0]) / n
             spread = float(self._sum_q2[0]) / n - mean * mean
@@ -313,7 +301,7 @@ class OptimalValueInference:
     @property
     def S2_V(self) -> Any:
         """``S_hat_V^2`` (NaN before the first round)."""
-        return self._out(self._S2_V() if self._n else np.full(self._B, np.nan))
+        return self._out(self._S2_V() if self.n_obs else np.full(self._B, np.nan))
 
     @property
     def sigma2(self) -> Any:
@@ -324,7 +312,7 @@ class OptimalValueInference:
         """
         with np.errstate(invalid="ignore", divide="ignore"):
             if self.propensities == "known":
-                out = self._sigma_num / self._n if self._n else self._sigma_num * np.nan
+                out = self._sigma_num / self.n_obs if self.n_obs else self._sigma_num * np.nan
             else:
                 out = np.where(
                     self._pulls > 0, self._sigma_num / np.maximum(self._pulls, 1), np.nan
@@ -334,7 +322,7 @@ class OptimalValueInference:
     def _value_and_se(self, what: str) -> tuple[np.ndarray, np.ndarray]:
         """``V_hat_n`` and its standard error per trial; NaN, with a warning, where they are
         not estimable yet."""
-        n = self._n
+        n = self.n_obs
         if n < 2:
             warn_insufficient(
                 f"{n} round(s) observed: at least {2 - n} more round(s) are needed to "
@@ -395,7 +383,7 @@ class OptimalValueInference:
             tuning_n,
             estimate=est,
             standard_error=se,
-            n_obs=self._n,
+            n_obs=self.n_obs,
             confidence_level=level,
             method=method,
             batched=self.batched,
@@ -450,7 +438,7 @@ class OptimalValueInference:
             tuning_n,
             estimate=est,
             standard_error=se,
-            n_obs=self._n,
+            n_obs=self.n_obs,
             confidence_level=level,
             method=method,
             batched=self.batched,
@@ -466,7 +454,7 @@ class OptimalValueInference:
             "n_actions": self.n_actions,
             "n_trials": 0 if self.n_trials is None else self.n_trials,
             "propensities": self.propensities,
-            "n": int(self._n),
+            "n": int(self.n_obs),
             **{key: getattr(self, "_" + key).copy() for key in _SUMS},
         }
 
@@ -507,7 +495,7 @@ class OptimalValueInference:
         """Restore a :meth:`state_dict`: everything is validated first
         (:meth:`validate_state_dict`), so a failure changes nothing."""
         new = self.validate_state_dict(state)
-        self._n = new.pop("n")
+        self.n_obs = new.pop("n")
         for key, arr in new.items():
             setattr(self, "_" + key, arr)
 
@@ -515,5 +503,5 @@ class OptimalValueInference:
         batch = "" if self.n_trials is None else f", n_trials={self.n_trials}"
         return (
             f"OptimalValueInference(n_actions={self.n_actions}{batch}, "
-            f"propensities={self.propensities!r}; n_obs={self._n})"
+            f"propensities={self.propensities!r}; n_obs={self.n_obs})"
         )

@@ -181,19 +181,23 @@ class InferenceWrapperBase:
         checked = check.check(action)
         fp, by = checked.fingerprint, check.estimator
         trackers = self._trackers
-        snapshots = [
-            t.snapshot(checked, fp if t.estimator is by else None) if t.ready() else None
-            for t in trackers
-        ]
+        by_ready = None  # the checking estimator's readiness, read once for its trackers
+        snapshots = []
+        for t in trackers:
+            if t.estimator is by:
+                if by_ready is None:
+                    by_ready = t.ready()
+                snapshots.append(t.snapshot(checked, fp) if by_ready else None)
+            else:
+                snapshots.append(t.snapshot(checked, None) if t.ready() else None)
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._steps += 1
         try:
             rewards = check.check_reward(reward)
             round_ = Round(checked.contexts, checked.actions, rewards, checked.propensities)
-            staged = [
-                None if s is None else t.stage(s, round_)
-                for t, s in zip(trackers, snapshots, strict=True)
-            ]
+            staged = []
+            for t, s in zip(trackers, snapshots, strict=True):
+                staged.append(None if s is None else t.stage(s, round_))
             own = self._own
             commit_own = (
                 None

@@ -94,7 +94,8 @@ class ParameterTracker(Tracker):
         if kind == "factors":
             estimate = self._core.estimate_parts(*parts, round_.actions)
             return kind, self._core.propose(round_, estimate), parts
-        return kind, self._feed.propose(parts, round_), parts
+        # The feed's core is this tracker's: its propose(), without the hand-off's call.
+        return kind, self._core.propose(round_, parts.estimate), parts
 
     def commit(self, staged, round_: Round) -> None:
         kind, terms, parts = staged

@@ -106,13 +106,6 @@ class RoundCheck:
         shape = (self.d1, self.d2) if b is None else (b, self.d1, self.d2)
         return np.asarray(obs, dtype=float).reshape(shape)
 
-    def batched(self, x):
-        """A context from :meth:`context_of` in the batched layout (B, d1, d2), or as
-        :class:`~lrbandit_gym.onehot.OneHotContexts` (already batched)."""
-        if isinstance(x, OneHotContexts) or self.n_trials is not None:
-            return x
-        return x[None]
-
     # ------------------------------------------------------------------ before the step
     def check(self, action) -> CheckedRound:
         """The round's action, propensities and context, checked before the inner step.
@@ -142,18 +135,18 @@ class RoundCheck:
         ):
             raise ValueError(f"action must be in [0, {self.n_actions}); got {arm!r}")
         props = check_propensities(props, actions, self.n_actions, b)
-        if not self.small_propensity_warned:
+        if not self.small_propensity_warned and not (
+            props.shape[0] == 1 and props[0, actions[0]] >= SMALL_PROPENSITY
+        ):  # one trial, not small (the common case), is decided here without a call
             self._warn_small_propensity(actions, props)
-        fp = self._check_context()
-        return CheckedRound(actions, props, self.batched(self.x), fp, self.obs)
+        fp, contexts = self._check_context()
+        return CheckedRound(actions, props, contexts, fp, self.obs)
 
     def _warn_small_propensity(self, actions: np.ndarray, props: np.ndarray) -> None:
         """Warn, once, when the chosen arm's propensity falls below
         :data:`SMALL_PROPENSITY` (a weight ``1/π`` above 1000): the theory wants the weights
         bounded, and softmax at a low temperature breaks that (docs/reproduction.md, the
         grid's ``laplace`` setting)."""
-        if props.shape[0] == 1 and props[0, actions[0]] >= SMALL_PROPENSITY:
-            return  # one trial, not small (the common case), without small-array costs
         chosen = props[np.arange(props.shape[0]), actions]
         if not (chosen < SMALL_PROPENSITY).any():
             return
@@ -172,18 +165,21 @@ class RoundCheck:
             stacklevel=4,
         )
 
-    def _check_context(self) -> np.ndarray | None:
-        """Refuse a non-finite context.  With a :class:`LowRankSGD` the check is the
-        context's fingerprint (one pass), which is returned for the estimator's product
-        cache; otherwise None.  A dense one-hot completion context is replaced by its index
-        form (one pass), which the estimator and the cores read at O((d1 + d2) r)."""
+    def _check_context(self) -> tuple[np.ndarray | None, np.ndarray | OneHotContexts]:
+        """Refuse a non-finite context; return ``(fingerprint, contexts)``, the contexts in
+        the batched layout (B, d1, d2) or as :class:`~lrbandit_gym.onehot.OneHotContexts`.
+        With a :class:`LowRankSGD` the check is the context's fingerprint (one pass), which
+        is returned for the estimator's product cache; otherwise None.  A dense one-hot
+        completion context is replaced by its index form (one pass), which the estimator and
+        the cores read at O((d1 + d2) r)."""
         est = self.estimator if isinstance(self.estimator, LowRankSGD) else None
         if self.context == "completion" and (
             isinstance(self.x, OneHotContexts) or is_index_like(self.x, self.n_trials)
         ):
             check_index(self.obs, self.d1, self.d2, self.n_trials, name="the context")
-            return None if est is None else est.fingerprint(self.x)
-        xb = self.batched(self.x)
+            return (None if est is None else est.fingerprint(self.x)), self.x
+        x = self.x
+        xb = x if self.n_trials is not None or isinstance(x, OneHotContexts) else x[None]
         fp = None
         if est is not None:
             fp = est.fingerprint(xb)
@@ -198,8 +194,8 @@ class RoundCheck:
                     ctx = one_hot_contexts(xb)
                     if ctx is None:
                         self._refuse_not_one_hot(xb)
-                    self.x = ctx  # its fingerprint is the dense one's
-                return fp
+                    self.x = xb = ctx  # its fingerprint is the dense one's
+                return fp, xb
         if not np.isfinite(self.x).all():
             raise ValueError("the context the environment returned is not finite (NaN or inf)")
         check_magnitude(
@@ -209,7 +205,7 @@ class RoundCheck:
             ctx = one_hot_contexts(xb)
             if ctx is None:
                 self._refuse_not_one_hot(xb)
-        return fp  # finite entries whose fingerprint overflowed, or not a LowRankSGD
+        return fp, xb  # finite entries whose fingerprint overflowed, or not a LowRankSGD
 
     def _refuse_not_one_hot(self, xb) -> None:
         """Refuse a dense completion context that is not exactly ``e_j e_kᵀ`` (one entry,

@@ -94,13 +94,14 @@ class ValueTracker(Tracker):
     def snapshot(self, checked: CheckedRound, fingerprint) -> Any:
         pred = self.predictions(checked.contexts, fingerprint)
         self.core.check_predictions(pred, checked.propensities)  # 1/(1 - e_t) must exist
-        if self.regret_check is None:
+        check = self.regret_check
+        if check is None or check.own is None:  # no check, or a shared reference: no parts
             return pred, None
-        return pred, self.regret_check.snapshot(checked.contexts, checked.actions, fingerprint)
+        return pred, check.snapshot(checked.contexts, checked.actions, fingerprint)
 
     def stage(self, snapshot, round_: Round):
         predictions, parts = snapshot
-        if self.regret_check is None:
+        if parts is None:
             return predictions, None
         return predictions, self.regret_check.stage(parts, round_)
 

@@ -50,7 +50,7 @@ ALLOWED_SPLIT: dict[str, tuple[str, str]] = {
         MERGING,
     ),
     "inference/cores/linear_form_round.py": (
-        "_B _S2_sum _V_sum _cache _check _design _kappa _pulls _sigma_sum _sum _triplets"
+        "_B _S2_sum _T _V_sum _cache _check _design _kappa _pulls _sigma_sum _sum _triplets"
         " _weights _whitener",
         MERGING,
     ),

@@ -9,9 +9,9 @@ checks: :func:`check_config` (the configuration agrees), :func:`copy_arrays` (fi
 of the right shape and dtype), :func:`read_int` and its kin (scalars, also as the 0-d arrays
 ``np.load`` gives back), :func:`generator_state_from` (a generator's state).
 
-Every ``state_dict()`` of :mod:`agents` is *flat*: its keys are strings, its values numpy
-arrays, Python scalars or strings, never ``None``, nested dicts or Python objects.  So a
-state round-trips through ``np.savez(path, **state)`` and
+Every ``state_dict()`` of :mod:`agents` and of the inference wrappers is *flat*: its keys
+are strings, its values numpy arrays, Python scalars or strings, never ``None``, nested
+dicts or Python objects.  So a state round-trips through ``np.savez(path, **state)`` and
 ``dict(np.load(path, allow_pickle=False))`` (and through :func:`save_state` /
 :func:`load_state`, which do exactly that); scalars then come back as 0-d arrays, which
 every ``load_state_dict`` accepts.
@@ -37,10 +37,10 @@ Key scheme
   (:func:`check_format_version`), so a layout change is a clear error, never a silent
   misreading.  No release has shipped, so no earlier layout is read.
 
-The inference wrappers' ``state_dict()`` keeps the parts as dicts (``"core"``,
-``"estimator"``, ``"buffer"``, ``"regret"``; None for a part they do not hold, the parts
-flat inside); :func:`flat_state` turns that into the flat layout (:func:`save_state` does),
-and :func:`sub_state` reads a part back from either.
+The inference wrappers' ``state_dict()`` is flat too, its parts under ``"core.<key>"``,
+``"estimator.<key>"``, ``"buffer.<key>"``, ``"regret.<key>"``, beside their own
+``"format_version"`` (:func:`flat_state` builds such a state from its parts' states);
+:func:`sub_state` reads a part back.
 """
 
 from __future__ import annotations
@@ -141,38 +141,29 @@ def generator_state_from(state: Mapping[str, Any]) -> dict[str, Any]:
     """The ``bit_generator.state`` dict stored in ``state`` (``"rng.bit_generator"``,
     ``"rng.state"``), checked on a probe generator.
 
-    The inference wrappers' states may also hold the dict itself under ``"rng"`` (their
-    nested layout); the agents' flat states refuse that (:func:`flat_part`).
-
     Raises
     ------
     ValueError
         If the keys are missing or do not hold a valid PCG64 state.
     """
-    if "rng" in state:
-        value = state["rng"]
-        if not isinstance(value, Mapping):
-            raise ValueError(f"state['rng'] must be a generator state dict, got {value!r}")
-        out = dict(value)
-    else:
-        missing = [k for k in ("rng.bit_generator", "rng.state") if k not in state]
-        if missing:
-            raise ValueError(f"state is missing keys {missing}")
-        name = read_str(state["rng.bit_generator"], "state['rng.bit_generator']")
-        words = np.asarray(state["rng.state"])
-        if name != _BIT_GENERATOR or words.shape != (6,) or words.dtype != np.uint64:
-            raise ValueError(
-                "state['rng.bit_generator'] must be 'PCG64' and state['rng.state'] a uint64 "
-                f"array of shape (6,), got {name!r} and a {words.dtype} array of shape "
-                f"{words.shape}"
-            )
-        w = [int(v) for v in words.tolist()]
-        out = {
-            "bit_generator": name,
-            "state": {"state": (w[0] << 64) | w[1], "inc": (w[2] << 64) | w[3]},
-            "has_uint32": w[4],
-            "uinteger": w[5],
-        }
+    missing = [k for k in ("rng.bit_generator", "rng.state") if k not in state]
+    if missing:
+        raise ValueError(f"state is missing keys {missing}")
+    name = read_str(state["rng.bit_generator"], "state['rng.bit_generator']")
+    words = np.asarray(state["rng.state"])
+    if name != _BIT_GENERATOR or words.shape != (6,) or words.dtype != np.uint64:
+        raise ValueError(
+            "state['rng.bit_generator'] must be 'PCG64' and state['rng.state'] a uint64 "
+            f"array of shape (6,), got {name!r} and a {words.dtype} array of shape "
+            f"{words.shape}"
+        )
+    w = [int(v) for v in words.tolist()]
+    out = {
+        "bit_generator": name,
+        "state": {"state": (w[0] << 64) | w[1], "inc": (w[2] << 64) | w[3]},
+        "has_uint32": w[4],
+        "uinteger": w[5],
+    }
     probe = np.random.default_rng(0)
     try:
         probe.bit_generator.state = out
@@ -182,37 +173,26 @@ def generator_state_from(state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def sub_state(state: Mapping[str, Any], part: str) -> dict[str, Any] | None:
-    """The state of ``part`` inside ``state``, or None when it is absent.
-
-    Collects the keys ``"<part>.<key>"`` of the flat layout (stripping the prefix) or
-    returns the dict stored under ``part`` (an inference wrapper's ``state_dict()``, where
-    ``None`` stands for an absent part).
-    """
-    if part in state:
-        value = state[part]
-        if value is None:
-            return None
-        if not isinstance(value, Mapping):
-            raise ValueError(f"state[{part!r}] must be a dict or None, got {type(value).__name__}")
-        return dict(value)
+    """The state of ``part`` inside the flat ``state``: its keys ``"<part>.<key>"`` with
+    the prefix stripped, or None when there are none."""
     prefix = part + "."
     found = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
     return found or None
 
 
 def flat_part(state: Mapping[str, Any], part: str) -> dict[str, Any] | None:
-    """The state of ``part`` inside the flat ``state`` of an agent (its ``"<part>.<key>"``
-    keys, the prefix stripped), or None when it has none.
+    """The state of ``part`` inside the flat ``state`` of an agent or an inference wrapper
+    (its ``"<part>.<key>"`` keys, the prefix stripped), or None when it has none.
 
     Raises
     ------
     ValueError
-        If ``state[part]`` holds the part as a dict: the agents' states are flat.
+        If ``state[part]`` is set (a nested part, or anything else): states are flat.
     """
     if part in state:
         raise ValueError(
-            f"state[{part!r}] holds a nested part: an agent's state is flat, its parts under "
-            f"'{part}.<key>' keys (agents.state)"
+            f"state[{part!r}] is set: a state is flat, with no nested part; the part's "
+            f"entries are under '{part}.<key>' keys (agents.state)"
         )
     return sub_state(state, part)
 
@@ -273,15 +253,12 @@ def same_value(a: Any, b: Any) -> bool:
     return bool(np.array_equal(x, y))
 
 
-def flat_state(state: Mapping[str, Any]) -> dict[str, Any]:
-    """``state`` in the flat layout: the keys of a nested part ``state[part]`` become
-    ``"<part>.<key>"`` (at any depth), and a part that is None (absent) is left out.
-
-    A flat state passes through unchanged; :func:`sub_state` reads a part back from either
-    layout.
-    """
+def flat_state(parts: Mapping[str, Any]) -> dict[str, Any]:
+    """The flat state of a composite object from its parts' states: the keys of a part
+    ``parts[name]`` become ``"<name>.<key>"`` (at any depth), and a part that is None
+    (absent) is left out; an entry that is not a dict stays under its key."""
     out: dict[str, Any] = {}
-    for key, value in state.items():
+    for key, value in parts.items():
         if value is None:
             continue
         if isinstance(value, Mapping):
@@ -292,16 +269,16 @@ def flat_state(state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def save_state(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
-    """``np.savez(path, **flat_state(state))``: any ``state_dict()`` of the agents or of
-    the inference wrappers, nested parts flattened (:func:`flat_state`).
+    """``np.savez(path, **state)``: any ``state_dict()`` of the agents or of the inference
+    wrappers (all flat).
 
     Raises
     ------
     ValueError
-        If a value would need pickling (an object array, or a Python object that is not a
-        scalar, string or array).
+        If a value would need pickling (a nested dict, an object array, or a Python object
+        that is not a scalar, string or array).
     """
-    flat = flat_state(state)
+    flat = dict(state)
     for key, value in flat.items():
         if np.asarray(value).dtype == object:
             raise ValueError(

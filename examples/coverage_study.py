@@ -18,7 +18,7 @@ import numpy as np
 
 import lrbandit_gym  # noqa: F401
 from agents import EpsilonGreedy, play
-from inference import VectorParameterInference, VectorValueInference
+from inference import build_stack, stack_layers
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--small", action="store_true", help="fewer trials: runs in seconds")
@@ -38,8 +38,8 @@ venv = gym.make_vec(
 T1 = np.zeros((d, d))
 T1[0, 0] = 1.0
 agent = EpsilonGreedy(venv, rank=rank, epsilon=0.1, warm_start=warm_start, seed=0)
-params = VectorParameterInference(venv, {"T1": T1}, estimator=agent.estimator)
-env = VectorValueInference(params, estimator=agent.estimator)
+env = build_stack(venv, {"T1": T1}, estimator=agent.estimator)  # <M_a, T1> and V*
+params = stack_layers(env)["parameters"]
 
 play(env, agent, warm_start + online, seed=0)  # every trial acts, steps and learns at once
 

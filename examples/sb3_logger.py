@@ -23,7 +23,7 @@ from stable_baselines3.common.logger import configure
 
 import lrbandit_gym  # noqa: F401
 from agents import SB3Agent
-from inference import InferenceCallback, ParameterInference, ValueInference
+from inference import InferenceCallback, build_stack
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--small", action="store_true", help="fewer rounds: runs in seconds")
@@ -33,10 +33,11 @@ d, rounds, warm_start = (8, 800, 300) if args.small else (20, 3000, 400)
 env = gym.make("MatrixContextBandit-v0", d1=d, d2=d, rank=2, flatten=True, max_episode_steps=None)
 model = A2C("MlpPolicy", env, gamma=0.0, n_steps=20, seed=0)
 agent = SB3Agent(model)
-params = ParameterInference(
+# ParameterInference and ValueInference on one own estimator, warm-started on their rounds
+watched = build_stack(
     env, {"trace": np.eye(d)}, rank=2, warm_start=warm_start, propensity_fn=agent.action_probs
 )
-model.set_env(ValueInference(params, propensity_fn=agent.action_probs))
+model.set_env(watched)
 
 folder = Path(tempfile.mkdtemp(prefix="lrbandit-sb3-"))
 model.set_logger(configure(str(folder), ["csv"]))  # add "stdout" or "tensorboard" as wished

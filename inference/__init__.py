@@ -25,6 +25,7 @@ from inference.results import (  # noqa: E402
     SmallPropensityWarning,
 )
 from inference.wrappers import ParameterInference, VectorParameterInference  # noqa: E402
+from inference.wrappers.build import build_stack, stack_layers  # noqa: E402
 from inference.wrappers.policy_evaluation import (  # noqa: E402
     GREEDY,
     PolicyEvaluation,
@@ -52,6 +53,8 @@ __all__ = [
     "VectorPolicyEvaluation",
     "VectorValueInference",
     "analyze",
+    "build_stack",
+    "stack_layers",
 ]
 
 

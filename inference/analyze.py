@@ -26,9 +26,7 @@ import numpy as np
 from inference.cores.checks import check_confidence_level
 from inference.results import IntervalEstimate, format_table, interval_rows
 from inference.sequences import DEFAULT_TUNING_N
-from inference.wrappers import ParameterInference
-from inference.wrappers.policy_evaluation import PolicyEvaluation
-from inference.wrappers.value_inference import ValueInference
+from inference.wrappers.build import build_stack, stack_layers
 from lrbandit_gym.decision import Decision
 from lrbandit_gym.input_checks import MIN_PROPENSITY
 from lrbandit_gym.logs import LogFormatError, LogReplayEnv, load_log, validate_log
@@ -241,26 +239,20 @@ def analyze(
         )
     pmf = checked["pmf"] if has_pmf else spread_pmf(checked["action"], checked["propensity"], K)
 
-    env = LogReplayEnv(checked)
-    own = {"warm_start": warm_start, **sgd_kwargs}
-    wrappers: dict[str, Any] = {}
-    top: Any = env
-    if targets:
-        top = wrappers["parameters"] = ParameterInference(
-            top,
-            targets,
-            rank,
-            projection=projection,
-            point_estimate=point_estimate,
-            context_law=context_law,
-            **own,
-        )
-    if value:
-        kw = own if not wrappers else {}
-        top = wrappers["value"] = ValueInference(top, rank, correction=correction, **kw)
-    if policies:
-        kw = own if not wrappers else {}
-        top = wrappers["policies"] = PolicyEvaluation(top, policies, rank, **kw)
+    top = build_stack(
+        LogReplayEnv(checked),
+        targets,
+        value=value,
+        policies=policies,
+        rank=rank,
+        warm_start=warm_start,
+        projection=projection,
+        point_estimate=point_estimate,
+        context_law=context_law,
+        correction=correction,
+        **sgd_kwargs,
+    )
+    wrappers: dict[str, Any] = stack_layers(top)
     rounds = next(iter(wrappers.values())).warm_start_rounds
     if n <= rounds:
         raise ValueError(

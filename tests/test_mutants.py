@@ -180,9 +180,9 @@ def test_own_warm_start_weights_each_round_by_one_over_its_propensity():
         rewards.append(reward)
         obs = next_obs
         if t == n - 2:  # the last round before the fit: the buffer holds every round so far
-            stored = params.state_dict()["buffer"]
-            np.testing.assert_allclose(stored["weights"][0], weights, rtol=1e-15)
-            np.testing.assert_array_equal(stored["actions"][0], actions)
+            stored = params.state_dict()
+            np.testing.assert_allclose(stored["buffer.weights"][0], weights, rtol=1e-15)
+            np.testing.assert_array_equal(stored["buffer.actions"][0], actions)
     assert params.estimator.initialized
     X, actions, rewards, weights = map(np.asarray, (X, actions, rewards, weights))
     assert weights.std() > 0.3 * weights.mean()  # varying weights: they change the fit

@@ -297,4 +297,4 @@ def test_value_wrapper_refuses_absurd_predictions_before_any_change():
     with pytest.raises(ValueError, match="predictions must have entries of magnitude"):
         value.step(Decision(0, np.array([0.5, 0.5])))
     assert value.core.interval() == ci
-    assert value.core.state_dict()["n"] == before["core"]["n"]
+    assert value.core.state_dict()["n"] == before["core.n"]

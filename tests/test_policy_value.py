@@ -293,7 +293,7 @@ def test_wrapper_state_round_trip_and_a_bad_state_changes_nothing():
     play(env, agent, obs, 200)
     state = env.state_dict()
     ci = env.interval("a0")
-    bad = dict(state, core=dict(state["core"], n=-1))
+    bad = {**state, "core.n": -1}
     with pytest.raises(ValueError):
         env.load_state_dict(bad)
     assert env.interval("a0") == ci

@@ -9,7 +9,7 @@ import pytest
 
 import lrbandit_gym  # noqa: F401
 from agents import EpsilonGreedy
-from inference import ParameterInference, SmallPropensityWarning, ValueInference
+from inference import ParameterInference, SmallPropensityWarning, build_stack
 
 
 def _env():
@@ -35,10 +35,7 @@ def test_a_tiny_propensity_warns_once_naming_it():
 def test_epsilon_greedy_does_not_warn():
     base = _env()
     agent = EpsilonGreedy(base, rank=1, epsilon=0.1, warm_start=60, seed=0)
-    env = ValueInference(
-        ParameterInference(base, {"T": np.eye(6)}, estimator=agent.estimator),
-        estimator=agent.estimator,
-    )
+    env = build_stack(base, {"T": np.eye(6)}, estimator=agent.estimator)
     obs, _ = env.reset(seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SmallPropensityWarning)

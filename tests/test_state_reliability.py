@@ -17,7 +17,7 @@ import pytest
 import lrbandit_gym
 from agents import EpsilonGreedy, UniformRandom
 from agents.estimator import LowRankSGD
-from agents.state import flat_state, generator_state_from, load_state, save_state
+from agents.state import load_state, save_state, sub_state
 from inference import (
     LinearFormInference,
     OptimalValueInference,
@@ -82,14 +82,22 @@ def _assert_same(a, b, where="state"):
         assert type(a) is type(b) and a == b, where
 
 
+_PARTS = ("core", "estimator", "buffer")
+
+
 def _set(path, value):
-    """A mutation of a state: ``state[path[0]][path[1]]... = value``."""
+    """A mutation of a flat state: the entry ``".".join(path)`` set to ``value`` (or to
+    ``value(old)``); a whole part (``path == (part,)``) replaced by the part ``value``
+    (a dict, its entries under ``"<part>.<key>"``; None: left out) or set to it, which a
+    flat state refuses."""
 
     def apply(state):
-        node = state
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value(node[path[-1]]) if callable(value) else value
+        key = ".".join(path)
+        if len(path) == 1 and key in _PARTS and (value is None or isinstance(value, dict)):
+            state = {k: v for k, v in state.items() if not k.startswith(key + ".")}
+            state.update({f"{key}.{k}": v for k, v in (value or {}).items()})
+            return state
+        state[key] = value(state[key]) if callable(value) else value
         return state
 
     return apply
@@ -111,7 +119,12 @@ BAD_FIELDS = [
         "ab",
     ),
     ("junk-buffer", _set(("buffer",), {"junk": 1}), r"state\['buffer'\]", "ab"),
-    ("buffer-a-string", _set(("buffer",), "junk"), r"state\['buffer'\] must be a dict", "ab"),
+    (
+        "buffer-a-string",
+        _set(("buffer",), "junk"),
+        r"state\['buffer'\] is set: a state",
+        "ab",
+    ),
     ("rounds_seen-negative", _set(("rounds_seen",), -5), r"state\['rounds_seen'\]", "ab"),
     ("rounds_seen-fraction", _set(("rounds_seen",), 2.7), r"state\['rounds_seen'\]", "ab"),
     ("rounds_seen-string", _set(("rounds_seen",), "3"), r"state\['rounds_seen'\]", "ab"),
@@ -134,22 +147,23 @@ BAD_FIELDS = [
         r"state\['core'\].*'pulls'",
         "ab",
     ),
-    ("core-not-a-dict", _set(("core",), [1, 2]), r"state\['core'\] must be a dict", "ab"),
+    ("core-nested", _set(("core",), [1, 2]), r"state\['core'\] is set: a state is flat", "ab"),
+    ("core-missing", _set(("core",), None), r"no 'core.<key>' entries", "ab"),
     (
-        "missing-obs",
-        lambda s: {k: v for k, v in s.items() if k != "obs"},
-        r"missing keys \['obs'\]",
+        "missing-rounds_seen",
+        lambda s: {k: v for k, v in s.items() if k != "rounds_seen"},
+        r"missing keys \['rounds_seen'\]",
         "ab",
     ),
     # a warm-start buffer beside an initialised estimator, and no buffer beside an
     # uninitialised one
     (
         "buffer-after-warm-start",
-        lambda s: {**s, "buffer": _wrapper_state_in_warm_start()},
+        lambda s: _set(("buffer",), _wrapper_state_in_warm_start())(s),
         r"state\['buffer'\]",
         "b",
     ),
-    ("no-buffer-in-warm-start", _set(("buffer",), None), r"state\['buffer'\] is None", "a"),
+    ("no-buffer-in-warm-start", _set(("buffer",), None), r"no 'buffer.<key>' entries", "a"),
 ]
 
 
@@ -158,7 +172,7 @@ _CACHE: dict = {}
 
 def _wrapper_state_in_warm_start():
     if "warm" not in _CACHE:
-        _CACHE["warm"] = _wrapper(ParameterInference, 12).state_dict()["buffer"]
+        _CACHE["warm"] = sub_state(_wrapper(ParameterInference, 12).state_dict(), "buffer")
     return _copy(_CACHE["warm"])
 
 
@@ -193,7 +207,7 @@ def test_a_bad_wrapper_state_is_refused_naming_the_field_and_changes_nothing(
 def test_a_core_state_with_initialized_no_is_refused(cls):
     target = _wrapper(cls, 45)
     bad = _copy(_wrapper(cls, 48).state_dict())
-    bad["core"]["initialized"] = "no"
+    bad["core.initialized"] = "no"
     before = _copy(target.state_dict())
     with pytest.raises(ValueError, match=r"state\['core'\].*'initialized'\] must be a bool"):
         target.load_state_dict(bad)
@@ -206,7 +220,7 @@ def test_a_wrapper_that_shares_its_estimator_refuses_an_own_estimators_state():
     shared = ParameterInference(env, _target(), estimator=agent.estimator)
     own_state = _wrapper(ParameterInference, 45).state_dict()
     before = _copy(shared.state_dict())
-    with pytest.raises(ValueError, match=r"state\['estimator'\] must be None.*shares"):
+    with pytest.raises(ValueError, match=r"state\['estimator'\] must be absent.*shares"):
         shared.load_state_dict(own_state)
     _assert_same(before, shared.state_dict())
 
@@ -229,36 +243,21 @@ def test_a_restored_wrapper_continues_bit_identically(cls):
     _assert_same(a.state_dict(), b.state_dict())
 
 
-def test_a_value_state_with_the_reservoir_generator_nested_still_loads():
-    """The regret check's reservoir saves its generator flat (agents.state's scheme); a
-    state that holds it nested (``"rng"``: the ``bit_generator.state`` dict) loads the same."""
-    a = _wrapper(ValueInference, 45)
-    flat = _copy(a.state_dict())
-    rules = flat["regret"]["rules"]
-    assert "rng" not in rules and rules["rng.state"].dtype == np.uint64
-    nested = _copy(flat)
-    generator = np.random.default_rng()
-    generator.bit_generator.state = generator_state_from(rules)
-    for key in ("rng.bit_generator", "rng.state"):
-        del nested["regret"]["rules"][key]
-    nested["regret"]["rules"]["rng"] = generator.bit_generator.state
-    b = _wrapper(ValueInference, 20)
-    b.load_state_dict(nested)
-    _assert_same(a.state_dict(), b.state_dict())
-
-
 @pytest.mark.parametrize("rounds", [12, 45], ids=["in-warm-start", "after-warm-start"])
 @pytest.mark.parametrize("cls", [ParameterInference, ValueInference])
 def test_a_wrapper_state_saves_flat_with_agents_save_state_and_loads_back(cls, rounds, tmp_path):
-    """One persistence scheme: a wrapper's nested state saves with agents.state.save_state
-    (np.savez, no pickling) and its load_state_dict takes the flat layout load_state gives."""
+    """One persistence scheme: a wrapper's state is flat, as the agents' are, saves with
+    agents.state.save_state (np.savez, no pickling) and loads back as load_state gives it."""
     a = _wrapper(cls, rounds)
-    save_state(tmp_path / "wrapper.npz", a.state_dict())
+    state = a.state_dict()
+    assert "core.n" in state and not any(isinstance(v, dict) for v in state.values())
+    assert ("regret.rules.rng.state" in state) == (cls is ValueInference)
+    save_state(tmp_path / "wrapper.npz", state)
     flat = load_state(tmp_path / "wrapper.npz")
-    assert "core.n" in flat and not any(isinstance(v, dict) for v in flat.values())
+    assert flat.keys() == state.keys()
     b = _wrapper(cls, 5)
     b.load_state_dict(flat)
-    _assert_same(flat_state(a.state_dict()), flat_state(b.state_dict()))
+    _assert_same(a.state_dict(), b.state_dict())
 
 
 # ---------------------------------------------------------------- item 5: absurd values

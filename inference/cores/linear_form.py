@@ -64,11 +64,6 @@ __all__ = ["LinearFormCore", "LinearFormInference", "debiased_sums_reference"]
 _CONTEXTS = ("gaussian", "completion")
 _PROJECTIONS = ("tangent", "paper", "none")
 _POINT_ESTIMATES = ("one-step", "projection")
-# Negative controls for validity studies, never for inference: "no_ipw" replaces 1/pi_t by 1
-# (the bias adaptive sampling causes), "no_debias" drops the correction term (the bias of
-# the low-rank estimate itself).  A study that cannot tell them from the real procedure
-# has no power to certify it.
-_ABLATIONS = (None, "no_ipw", "no_debias")
 
 
 def debiased_sums_reference(
@@ -108,6 +103,11 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
 
     _kind = "linear_form"
 
+    #: Whether a round adds its correction term ``c·1{a_t=i}/π_t(i)·res_t·X_t`` to the
+    #: debiased sum (Algorithm 2); the method always does, a negative control of a validity
+    #: study (:mod:`lrbandit_gym.experiments.controls`) does not.
+    debias: bool = True
+
     def __init__(
         self,
         d1: int,
@@ -120,13 +120,9 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
         projection: str = "tangent",
         point_estimate: str = "one-step",
         n_trials: int | None = None,
-        ablation: str | None = None,
         context_law: Any = None,
         check_contexts: bool = True,
     ) -> None:
-        if ablation not in _ABLATIONS:
-            raise ValueError(f"ablation must be one of {_ABLATIONS}; got {ablation!r}")
-        self.ablation = ablation
         self.d1 = check_positive_int(d1, "d1")
         self.d2 = check_positive_int(d2, "d2")
         self.rank = check_positive_int(rank, "rank")
@@ -339,9 +335,6 @@ class LinearFormInference(LinearFormCore):
         None: one bandit, scalar results.  ``B``: ``B`` independent bandits in lock step;
         every per-round argument gains a leading axis of length ``B`` and results are
         arrays of shape ``(B,)``.
-    ablation : {None, "no_ipw", "no_debias"}, default None
-        Negative controls for validity studies only: "no_ipw" replaces ``1/pi_t`` by 1,
-        "no_debias" drops the correction term.  Both give invalid intervals by design.
 
     Notes
     -----
@@ -447,12 +440,14 @@ class LinearFormInference(LinearFormCore):
             If the running sums cannot absorb the round; the object is then unchanged.
         """
         action = round_.actions
-        weight = self._weight(action, round_.propensities)
+        weight = self.weight(action, round_.propensities)
         terms = self._propose(estimate, round_.contexts, action, round_.rewards, weight)
         with np.errstate(divide="ignore"):  # a zero propensity: an infinite factor
             return terms._replace(factors=1.0 / round_.propensities)
 
-    def _weight(self, action: np.ndarray, propensities: np.ndarray) -> np.ndarray:
-        """``1/pi_t(a_t)`` per trial (1 under the "no_ipw" control)."""
+    def weight(self, action: np.ndarray, propensities: np.ndarray) -> np.ndarray:
+        """The inverse-propensity weight ``1/π_t(a_t)`` of a round per trial, ``(B,)``
+        (``action`` ``(B,)``, ``propensities`` ``(B, K)``): the hook a negative control of a
+        validity study overrides (:mod:`lrbandit_gym.experiments.controls`)."""
         weight = 1.0 / propensities[np.arange(self._B), action]
-        return np.ones_like(weight) if self.ablation == "no_ipw" else weight
+        return weight

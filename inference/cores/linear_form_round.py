@@ -393,7 +393,7 @@ class LinearFormRound:
                 "propose it again"
             )
         changes, X, action, weight, res, g = terms[:6]
-        debias = self.ablation != "no_debias"
+        debias = self.debias
         if self.check_contexts:
             self._check.add(X)  # against the law before this round (context_check)
         if terms.compiled:

@@ -41,12 +41,7 @@ from inference.wrappers.layer_checks import (
 from inference.wrappers.own_estimator import OwnEstimator
 from inference.wrappers.round_check import RoundCheck
 from inference.wrappers.tracker import Tracker
-from inference.wrappers.wrapper_state import (
-    apply_wrapper_state,
-    check_wrapper_state,
-    nested,
-    wrapper_state,
-)
+from inference.wrappers.wrapper_state import apply_wrapper_state, check_wrapper_state, wrapper_state
 from lrbandit_gym.rounds import Round
 
 __all__ = ["InferenceWrapperBase"]
@@ -303,15 +298,14 @@ class InferenceWrapperBase:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """The wrapper's counters, core, own estimator (with its warm-start buffer) and the
-        last observation; a resumed run gives identical intervals (target policies are not
-        saved)."""
+        last observation, flat (:mod:`inference.wrappers.wrapper_state`); a resumed run
+        gives identical intervals (target policies are not saved)."""
         return wrapper_state(self.tracker, self._own, self._host.round_check.obs)
 
     def load_state_dict(self, state) -> None:
-        """Restore a :meth:`state_dict` (either layout of :mod:`inference.wrappers.wrapper_state`):
-        every part is validated before any is assigned, so a state that fails raises
-        :class:`ValueError` naming the key and changes nothing."""
-        state = nested(state, tuple(self.tracker.extra_state()))
+        """Restore a :meth:`state_dict` (as it is, or as :func:`agents.state.load_state`
+        reads it back): every part is validated before any is assigned, so a state that
+        fails raises :class:`ValueError` naming the key and changes nothing."""
         check = self._host.round_check
         checked = check_wrapper_state(state, self.tracker, self._own, check)
-        apply_wrapper_state(checked, state, self.tracker, self._own, check)
+        apply_wrapper_state(checked, self.tracker, self._own, check)

@@ -119,8 +119,9 @@ class OwnEstimator:
             return store
         if not est["initialized"] or est["t"] != rounds_seen - self.rounds:
             raise ValueError(
-                f"state['buffer'] is None, so the own warm start of {self.rounds} rounds is "
-                f"over, but state['estimator'] has initialized = {est['initialized']} and "
+                f"state holds no 'buffer.<key>' entries, so the own warm start of "
+                f"{self.rounds} rounds is over, but state['estimator'] has initialized = "
+                f"{est['initialized']} and "
                 f"t = {est['t']} (expected an initialised estimator with t = rounds_seen - "
                 f"{self.rounds} = {rounds_seen - self.rounds})"
             )

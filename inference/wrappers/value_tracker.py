@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from agents.estimator import LowRankSGD
-from agents.state import sub_state
+from agents.state import flat_part
 from inference.cores.optimal_value import OptimalValueInference
 from inference.cores.played_regret import CORRECTIONS, RegretCorrection, correct_interval
 from inference.results import IntervalEstimate
@@ -186,9 +186,9 @@ class ValueTracker(Tracker):
         return {"regret": None if self.regret_check is None else self.regret_check.state_dict()}
 
     def check_extra_state(self, state: Mapping[str, Any]) -> Any:
-        regret = state.get("regret")
-        if regret is not None and "rules" not in regret:  # the flat layout of save_state
-            regret = {"rules": sub_state(regret, "rules"), "own": sub_state(regret, "own")}
+        regret = flat_part(state, "regret")
+        if regret is not None:
+            regret = {"rules": flat_part(regret, "rules"), "own": flat_part(regret, "own")}
         return None if self.regret_check is None else self.regret_check.check_state(regret)
 
     def apply_extra_state(self, checked: Any) -> None:

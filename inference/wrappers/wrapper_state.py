@@ -1,13 +1,14 @@
 """Saving and restoring an inference wrapper: :func:`wrapper_state` and :func:`check_wrapper_state`.
 
-A wrapper's state nests the states of its parts beside its round counters: the core
-(``"core"``), the wrapper's own estimator and warm-start buffer (``"estimator"``,
-``"buffer"``; None when it shares an agent's estimator, or once the warm start is over), the
-last observation (``"obs"``) and the tracker's additions (the ``V*`` tracker's
-``"regret"``), under ``"format_version"`` :data:`STATE_VERSION`.
-:func:`agents.state.save_state` stores it flat (``"core.n"``, ...); :func:`nested` takes a
-flat one back.  Every part is validated before anything is assigned, so a state that fails
-changes nothing.
+A wrapper's state is flat, as the agents' are (:mod:`agents.state`): its round counters and
+last observation (``"obs"``, absent before the first reset) under their own keys, and the
+state of each part under ``"<part>.<key>"``: the core (``"core.n"``, ...), the wrapper's own
+estimator and warm-start buffer (``"estimator.U"``, ``"buffer.X"``; absent when it shares an
+agent's estimator, the buffer once the warm start is over) and the tracker's additions (the
+``V*`` tracker's ``"regret.rules.<key>"``, ``"regret.own.<key>"``), under
+``"format_version"`` :data:`STATE_VERSION`.  So :func:`agents.state.save_state` stores it
+as it is and :func:`agents.state.load_state` gives it back.  Every part is validated before
+anything is assigned, so a state that fails changes nothing.
 """
 
 from __future__ import annotations
@@ -18,45 +19,34 @@ from typing import Any
 
 import numpy as np
 
-from agents.state import check_part, read_int, sub_state
+from agents.state import check_part, flat_part, flat_state, read_int
 from lrbandit_gym.input_checks import check_magnitude
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like
 
-__all__ = ["STATE_VERSION", "apply_wrapper_state", "check_wrapper_state", "nested", "wrapper_state"]
+__all__ = ["STATE_VERSION", "apply_wrapper_state", "check_wrapper_state", "wrapper_state"]
 
 #: The version of the wrapper state's layout (its ``"format_version"`` entry).
 STATE_VERSION = 1
 
-_KEYS = ("format_version", "rounds_seen", "rounds_skipped", "estimator", "buffer", "obs", "core")
+_KEYS = ("format_version", "rounds_seen", "rounds_skipped")
 
 
 def wrapper_state(tracker, own, obs) -> dict[str, Any]:
-    """The state of a wrapper holding ``tracker`` (and ``own``, its own estimator, or
+    """The flat state of a wrapper holding ``tracker`` (and ``own``, its own estimator, or
     None) at observation ``obs``."""
-    estimator, buffer = (None, None) if own is None else own.state_dict()
-    return {
+    state: dict[str, Any] = {
         "format_version": STATE_VERSION,
         "rounds_seen": tracker.rounds_seen,
         "rounds_skipped": tracker.rounds_skipped,
-        "estimator": estimator,
-        "buffer": buffer,
-        "obs": None if obs is None else np.array(obs, copy=True),
-        "core": tracker.core.state_dict(),
-        **tracker.extra_state(),
     }
-
-
-def nested(state: Any, extra: tuple[str, ...]) -> Any:
-    """``state`` in the nested layout of :func:`wrapper_state`, whichever layout it came in
-    (:func:`agents.state.load_state` gives the flat one, parts left out for None);
-    ``extra``: the tracker's own parts."""
-    if not isinstance(state, Mapping) or "core" in state:
-        return state
-    out = {key: value for key, value in state.items() if "." not in key}
-    out.setdefault("obs", None)
-    for part in ("estimator", "buffer", "core", *extra):
-        out[part] = sub_state(state, part)
-    return out
+    if obs is not None:
+        state["obs"] = np.array(obs, copy=True)
+    parts = {"core": tracker.core.state_dict()}
+    if own is not None:
+        parts["estimator"], parts["buffer"] = own.state_dict()
+    parts.update(tracker.extra_state())
+    state.update(flat_state(parts))
+    return state
 
 
 def check_wrapper_state(state: Any, tracker, own, round_check) -> dict[str, Any]:
@@ -99,36 +89,47 @@ def check_wrapper_state(state: Any, tracker, own, round_check) -> dict[str, Any]
     validate = getattr(core, "validate_state_dict", None)
     if validate is None:  # a core that checks only as it loads: load into a copy
         validate = copy.deepcopy(core).load_state_dict
-    check_part(validate, state["core"], "core")
+    core_state = flat_part(state, "core")
+    if core_state is None:
+        raise ValueError("state holds no 'core.<key>' entries: the core's state is missing")
+    check_part(validate, core_state, "core")
+    estimator, buffer = flat_part(state, "estimator"), flat_part(state, "buffer")
     store = None
     if own is not None:
-        store = own.check_state(state["estimator"], state["buffer"], seen)
+        if estimator is None:
+            raise ValueError(
+                "state holds no 'estimator.<key>' entries: this wrapper runs its own "
+                "estimator (the state was saved by a wrapper that shares one)"
+            )
+        store = own.check_state(estimator, buffer, seen)
     else:
-        for key in ("estimator", "buffer"):
-            if state[key] is not None:
+        for key, value in (("estimator", estimator), ("buffer", buffer)):
+            if value is not None:
                 raise ValueError(
-                    f"state[{key!r}] must be None: this wrapper shares its estimator "
+                    f"state[{key!r}] must be absent: this wrapper shares its estimator "
                     "(the state was saved by a wrapper with its own; restore the shared "
                     "estimator through its owner)"
                 )
-    obs = None if state["obs"] is None else _check_obs(state["obs"], round_check)
+    obs = None if "obs" not in state else _check_obs(state["obs"], round_check)
     return {
         "rounds_seen": seen,
         "rounds_skipped": skipped,
+        "core": core_state,
+        "estimator": estimator,
         "store": store,
         "obs": obs,
         "extra": tracker.check_extra_state(state),
     }
 
 
-def apply_wrapper_state(checked: dict[str, Any], state, tracker, own, round_check) -> None:
+def apply_wrapper_state(checked: dict[str, Any], tracker, own, round_check) -> None:
     """Install a state :func:`check_wrapper_state` accepted (cannot fail)."""
-    tracker.core.load_state_dict(state["core"])
+    tracker.core.load_state_dict(checked["core"])
     tracker.restored()
     tracker.rounds_seen = checked["rounds_seen"]
     tracker.rounds_skipped = checked["rounds_skipped"]
     if own is not None:
-        own.load_state(state["estimator"], checked["store"])
+        own.load_state(checked["estimator"], checked["store"])
     if checked["obs"] is not None:
         round_check.set_obs(checked["obs"])
     tracker.apply_extra_state(checked["extra"])

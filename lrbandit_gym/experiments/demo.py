@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents import EpsilonGreedy
-from inference import ParameterInference, ValueInference
+from inference import build_stack
 from lrbandit_gym.experiments.outputs import RunStamp, check_outputs, stamped, write_figure
 from lrbandit_gym.experiments.studies import paper_targets
 from lrbandit_gym.input_checks import check_positive_int
@@ -58,7 +58,7 @@ def run_demo(
     base = env.unwrapped
     targets = paper_targets(base.d1, base.d2)
     agent = EpsilonGreedy(env, rank=base.rank, epsilon=0.1, seed=seed)
-    watched = ValueInference(ParameterInference(env, targets, estimator=agent.estimator))
+    watched = build_stack(env, targets, estimator=agent.estimator)
     print(
         f"MatrixContextBandit-v0: d1={base.d1}, d2={base.d2}, rank={base.rank}, "
         f"K={base.n_actions}, sigma={base.noise_std[0]}; epsilon-greedy (0.1) low-rank SGD "

@@ -67,7 +67,7 @@ def run_trial(
     """
     from agents import EpsilonGreedy
     from agents.warm_start import default_warm_start_rounds
-    from inference import GREEDY, PolicyEvaluation
+    from inference import GREEDY, build_stack
     from lrbandit_gym.digits import digits_bandit
 
     split_seed, agent_seed, env_seed = (
@@ -77,7 +77,7 @@ def run_trial(
     # the rule's length, fixed: the study's numbers do not depend on the default's extension
     warm = default_warm_start_rounds(base.d1, base.d2, rank, base.n_actions)
     agent = EpsilonGreedy(base, rank=rank, seed=agent_seed, warm_start=warm)
-    env = PolicyEvaluation(base, {"greedy": GREEDY}, estimator=agent.estimator)
+    env = build_stack(base, value=False, policies={"greedy": GREEDY}, estimator=agent.estimator)
     x_train = base.contexts.reshape(base.n_samples, -1)
     x_test = base.test_contexts.reshape(len(base.test_contexts), -1)
     r_train, r_test = base.expected_rewards, base.test_expected_rewards

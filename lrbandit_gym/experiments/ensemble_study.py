@@ -237,7 +237,7 @@ def run_ensemble_chunk(config: EnsembleStudyConfig, n_trials: int, seed) -> dict
 
 def _run_chunk(config: EnsembleStudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]:
     from agents import EnsembleSampling
-    from inference import VectorValueInference
+    from inference import build_stack
     from lrbandit_gym import Decision
     from lrbandit_gym.experiments.studies import make_study_env
 
@@ -256,7 +256,7 @@ def _run_chunk(config: EnsembleStudyConfig, n_trials: int, seed) -> dict[str, np
         seed=agent_seed,
     )
     view = EnsembleMeanPredictor(agent, warm_start=config.warm_start)
-    env = VectorValueInference(venv, estimator=view, propensities="estimated")
+    env = build_stack(venv, estimator=view, propensities="estimated")
     base = venv.unwrapped
     checkpoints = list(config.checkpoints)
     C, K, B = len(checkpoints), config.n_actions, n_trials

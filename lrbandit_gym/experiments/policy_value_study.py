@@ -118,7 +118,7 @@ def _play_chunk(setting: PolicyValueSetting, trials: int, seed) -> dict[str, np.
 
     import lrbandit_gym  # noqa: F401  (registers the env)
     from agents import EpsilonGreedy
-    from inference import GREEDY, PolicyValueInference, VectorPolicyEvaluation
+    from inference import GREEDY, PolicyValueInference, build_stack
     from lrbandit_gym.rounds import Round
 
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
@@ -143,7 +143,7 @@ def _play_chunk(setting: PolicyValueSetting, trials: int, seed) -> dict[str, np.
         "random rule": _linear_rule(W_random),
         "anti-optimal": _linear_rule(W_anti),
     }
-    env = VectorPolicyEvaluation(venv, targets, estimator=agent.estimator)
+    env = build_stack(venv, value=False, policies=targets, estimator=agent.estimator)
     names = list(targets)
     ipw = PolicyValueInference(2, names, n_trials=trials)
     oracle = PolicyValueInference(2, names, n_trials=trials)

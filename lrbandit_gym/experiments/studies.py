@@ -83,7 +83,7 @@ class StudyConfig:
     point_estimate: str = "one-step"
     value: bool = False  # also run optimal-value inference
     #: Extra inference variants fed the same trajectories: "paper"/"tangent" (the other
-    #: projection), the negative controls "no_ipw"/"no_debias" (LinearFormInference), and
+    #: projection), the negative controls "no_ipw"/"no_debias" (controls.py), and
     #: "exploration_only" (the baseline of the paper's Table 3).
     variants: tuple[str, ...] = ()
     #: Time-uniform coverage: from this online round on (n₀) up to the last checkpoint,
@@ -152,12 +152,8 @@ def run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]
 
 def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray]:
     from agents import EpsilonGreedy
-    from inference import (
-        ExplorationOnlyInference,
-        LinearFormInference,
-        VectorParameterInference,
-        VectorValueInference,
-    )
+    from inference import ExplorationOnlyInference, build_stack
+    from lrbandit_gym.experiments.controls import CONTROLS
 
     ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     env_seed, agent_seed = ss.spawn(2)
@@ -195,15 +191,16 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
     if targets is not None:
         for variant in ("",) + tuple(v for v in config.variants if v != "exploration_only"):
             projection = variant if variant in ("paper", "tangent") else config.projection
-            env = wrapper = VectorParameterInference(
+            env = wrapper = build_stack(
                 env,
                 targets,
+                value=False,
                 estimator=agent.estimator,
                 projection=projection,
                 point_estimate=config.point_estimate,
             )
-            if variant in ("no_ipw", "no_debias"):  # negative control: an ablated core
-                wrapper.core = LinearFormInference(
+            if variant in CONTROLS:  # a negative control: the core with a part removed
+                wrapper.core = CONTROLS[variant](
                     config.d1,
                     config.d2,
                     config.rank,
@@ -212,13 +209,12 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
                     projection=projection,
                     point_estimate=config.point_estimate,
                     n_trials=n_trials,
-                    ablation=variant,
                 )
             elif variant not in ("", "paper", "tangent"):
                 raise ValueError(f"unknown study variant {variant!r}")
             cores[variant] = wrapper
     if config.value:
-        env = value = VectorValueInference(env, estimator=agent.estimator)
+        env = value = build_stack(env, estimator=agent.estimator)
     base = venv.unwrapped
     checkpoints = sorted(config.checkpoints)
     n_c, k = len(checkpoints), config.n_actions

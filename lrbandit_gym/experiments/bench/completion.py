@@ -42,7 +42,7 @@ def _watched_loop(d: int, context: str, observation: str, rank: int, n_actions: 
 
     import lrbandit_gym  # noqa: F401  (registers the env)
     from agents import EpsilonGreedy
-    from inference import ParameterInference, ValueInference
+    from inference import build_stack
     from lrbandit_gym.experiments.studies import paper_targets
 
     env = gym.make(
@@ -60,8 +60,7 @@ def _watched_loop(d: int, context: str, observation: str, rank: int, n_actions: 
     init = truth + 0.01 * scale * np.random.default_rng(seed).standard_normal(truth.shape)
     step = 0.1 if context == "gaussian" else completion_step_scale(d, d)
     agent = EpsilonGreedy(env, rank=rank, epsilon=0.1, M_init=init, seed=seed, step_scale=step)
-    params = ParameterInference(env, paper_targets(d, d), estimator=agent.estimator)
-    wrapped = ValueInference(params, estimator=agent.estimator)
+    wrapped = build_stack(env, paper_targets(d, d), estimator=agent.estimator)
     state = {"obs": wrapped.reset(seed=seed)[0]}
 
     def one_round():
@@ -81,7 +80,7 @@ def _warm_start_memory(d: int, rank: int, n_actions: int, rounds: int, seed: int
     import lrbandit_gym  # noqa: F401
     from agents import EpsilonGreedy
     from agents.warm_start import completion_buffer_bytes, warm_start_buffer_bytes
-    from inference import ParameterInference, ValueInference
+    from inference import build_stack
     from lrbandit_gym.experiments.studies import paper_targets
 
     env = gym.make(
@@ -98,10 +97,7 @@ def _warm_start_memory(d: int, rank: int, n_actions: int, rounds: int, seed: int
         env, rank=rank, warm_start=rounds, seed=seed, step_scale=completion_step_scale(d, d)
     )
     buffer_bytes = completion_buffer_bytes(agent.warm_start_rounds)
-    wrapped = ValueInference(
-        ParameterInference(env, paper_targets(d, d), estimator=agent.estimator),
-        estimator=agent.estimator,
-    )
+    wrapped = build_stack(env, paper_targets(d, d), estimator=agent.estimator)
     obs, _ = wrapped.reset(seed=seed)
     # Traced from the first round on: the rounds, the fit and the initialisation (the
     # buffer was allocated with the agent, the wrappers' own state with them).
@@ -229,7 +225,7 @@ def completion_coverage(
     import lrbandit_gym  # noqa: F401
     from agents import EpsilonGreedy
     from agents.warm_start import default_warm_start_rounds
-    from inference import VectorParameterInference, VectorValueInference
+    from inference import build_stack, stack_layers
     from lrbandit_gym.experiments.studies import paper_targets
 
     warm = (
@@ -271,8 +267,8 @@ def completion_coverage(
                 else {"step_gain": step_gain}
             ),
         )
-        params = VectorParameterInference(venv, targets, estimator=agent.estimator)
-        value = VectorValueInference(params, estimator=agent.estimator)
+        value = build_stack(venv, targets, estimator=agent.estimator)
+        params = stack_layers(value)["parameters"]
         base = venv.unwrapped
         for name in names:
             for arm in range(2):

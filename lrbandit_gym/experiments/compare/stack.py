@@ -75,14 +75,7 @@ class TrajectoryInference:
     """
 
     def __init__(self, base, setting, estimator, propensity_fn, vector: bool):
-        from inference import (
-            ParameterInference,
-            PolicyEvaluation,
-            ValueInference,
-            VectorParameterInference,
-            VectorPolicyEvaluation,
-            VectorValueInference,
-        )
+        from inference import build_stack, stack_layers
 
         self.base = base
         self.vector = bool(vector)
@@ -94,20 +87,14 @@ class TrajectoryInference:
         kw: dict[str, Any] = {"estimator": estimator, "propensity_fn": propensity_fn}
         if estimator is None:
             kw.update(rank=setting.rank, warm_start=setting.warm_start)
-        if vector:
-            self.params = VectorParameterInference(base, setting.targets, **kw)
-            self.value = VectorValueInference(self.params, propensity_fn=propensity_fn)
-            evaluation = VectorPolicyEvaluation
-        else:
-            self.params = ParameterInference(base, setting.targets, **kw)
-            self.value = ValueInference(self.params, propensity_fn=propensity_fn)
-            evaluation = PolicyEvaluation
         n_trials = base.num_envs if vector else None
-        self.policies = evaluation(
-            self.value,
-            target_policies(self.params.n_actions, n_trials),
-            estimator=self.value.estimator,
-            propensity_fn=propensity_fn,
+        policies = target_policies(base.unwrapped.n_actions, n_trials)
+        top = build_stack(base, setting.targets, policies=policies, **kw)
+        layers = stack_layers(top)
+        self.params, self.value, self.policies = (
+            layers["parameters"],
+            layers["value"],
+            layers["policies"],
         )
         self.env = self.policies
 

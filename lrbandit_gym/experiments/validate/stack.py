@@ -54,38 +54,34 @@ class InferenceStack:
     """
 
     def __init__(self, venv, agent, setting: ValidationSetting, targets: dict[str, np.ndarray]):
-        from inference import (
-            VectorParameterInference,
-            VectorPolicyEvaluation,
-            VectorValueInference,
-        )
+        from inference import build_stack, stack_layers
 
         d1, d2, rank, k, _ = problem_sizes(venv, setting)
         shared = shares_estimator(setting, agent)
         own = {} if shared else {"rank": rank, "warm_start": warm_start_rounds(setting, venv)}
         own.update({} if shared else sgd_kwargs(setting))
         est = {"estimator": agent.estimator} if shared else {}
-        env = venv
-        self.parameters = self.value = None
-        if targets:
-            law = {} if setting.context_law is None else {"context_law": setting.context_law}
-            if setting.projection is not None:
-                law["projection"] = setting.projection
-            env = self.parameters = VectorParameterInference(env, targets, **est, **own, **law)
-        self.policies = None
-        if setting.value:
-            if self.parameters is not None:  # shares the parameter wrapper's estimator
-                own, est = {}, {"estimator": self.parameters.estimator}
-            env = self.value = VectorValueInference(env, **est, **own)
-        if setting.value and setting.policy in EXPLORING_POLICIES:
-            # Two fixed targets whose values are exact for any context law: always arm 0
-            # (far from the logging policy wherever arm 0 is not greedy) and uniform.  Only
-            # under a policy with an exploration floor: elsewhere (softmax) an arm's
-            # propensity may vanish, and the wrapper refuses a target it cannot evaluate.
-            targets_pv = target_policies(k, venv.num_envs)
-            env = self.policies = VectorPolicyEvaluation(
-                env, targets_pv, estimator=self.value.estimator
-            )
+        law = {} if setting.context_law is None else {"context_law": setting.context_law}
+        if setting.projection is not None:
+            law["projection"] = setting.projection
+        # Two fixed targets whose values are exact for any context law: always arm 0 (far
+        # from the logging policy wherever arm 0 is not greedy) and uniform.  Only with V*
+        # and under a policy with an exploration floor: elsewhere (softmax) an arm's
+        # propensity may vanish, and the wrapper refuses a target it cannot evaluate.
+        exploring = setting.value and setting.policy in EXPLORING_POLICIES
+        env = build_stack(
+            venv,
+            targets,
+            value=setting.value,
+            policies=target_policies(k, venv.num_envs) if exploring else None,
+            **est,
+            **own,
+            **law,
+        )
+        layers = stack_layers(env)
+        self.parameters = layers.get("parameters")
+        self.value = layers.get("value")
+        self.policies = layers.get("policies")
         self.env = env
         self.shared = shared
         self.estimator = env.estimator

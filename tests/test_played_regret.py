@@ -298,3 +298,24 @@ def test_value_wrapper_refuses_absurd_predictions_before_any_change():
         value.step(Decision(0, np.array([0.5, 0.5])))
     assert value.core.interval() == ci
     assert value.core.state_dict()["n"] == before["core.n"]
+
+
+def test_the_papers_interval_says_in_its_result_that_it_may_not_cover():
+    """correction="none" warns nowhere (no limit on R̂/s.e. separates the paper's misses from
+    its covers, docs/reproduction.md), so its interval and test say it in ``method``."""
+    import gymnasium as gym
+
+    from agents import EpsilonGreedy, play
+    from inference import ValueInference
+
+    results = {}
+    for correction in ("none", "auto"):
+        env = gym.make("MatrixContextBandit-v0", d1=6, d2=5, rank=1)
+        agent = EpsilonGreedy(env, rank=1, epsilon=0.2, warm_start=100, seed=0)
+        env = ValueInference(env, estimator=agent.estimator, correction=correction)
+        play(env, agent, 300, seed=0)
+        results[correction] = (env.interval(), env.test_greater(0.0))
+    for ci in results["none"]:
+        assert "correction='none'" in ci.method and "may not cover" in ci.method
+    for ci in results["auto"]:
+        assert "may not cover" not in ci.method

@@ -8,6 +8,7 @@ of a parameter tracker of the same wrapper that shares the estimator, or of an o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,7 +24,16 @@ from inference.wrappers.round_check import CheckedRound
 from inference.wrappers.tracker import Tracker
 from lrbandit_gym.rounds import Round
 
-__all__ = ["ValueTracker"]
+__all__ = ["UNCHECKED", "ValueTracker"]
+
+#: What a ``correction="none"`` interval's ``method`` adds: the paper's interval does not
+#: allow for the greedy rules' regret, and no warning separates its misses from its covers
+#: (docs/method.md §10), so the result itself says that it may not cover.
+UNCHECKED = (
+    "; correction='none': the paper's interval, with no allowance for the regret of the "
+    "greedy rules played, may not cover where that regret is large against the standard "
+    "error (docs/method.md §10)"
+)
 
 
 class ValueTracker(Tracker):
@@ -141,6 +151,8 @@ class ValueTracker(Tracker):
         return self._regret()
 
     def _corrected(self, ci, level, kind, tuning_n, **extra) -> IntervalEstimate:
+        if self.correction == "none":  # says, in the result, that it may not cover
+            return dataclasses.replace(ci, method=ci.method + UNCHECKED)
         if self.regret_check is None or not self.core.n_obs:
             return ci
         regret, variance = self._regret()
@@ -168,7 +180,7 @@ class ValueTracker(Tracker):
     ) -> IntervalEstimate:
         with self.one_warning():
             ci = self.core.test_greater(v0, confidence_level, kind=kind, tuning_n=tuning_n)
-        if self.regret_check is None or not self.core.n_obs:
+        if self.correction != "none" and (self.regret_check is None or not self.core.n_obs):
             return ci
         v = np.broadcast_to(
             np.asarray(v0, dtype=float), (1 if self.n_trials is None else self.n_trials,)

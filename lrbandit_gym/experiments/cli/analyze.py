@@ -229,6 +229,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "scaled features); docs/method.md §1",
     )
     p.add_argument(
+        "--projection",
+        choices=["tangent", "paper", "none"],
+        default="tangent",
+        help="the parameter intervals' projection: tangent (default), the paper's, or none: "
+        "the debiased mean without the low-rank step, valid for every target the contexts "
+        "vary along (images); docs/method.md §12",
+    )
+    p.add_argument(
         "--kind",
         choices=["fixed", "sequence"],
         default="fixed",
@@ -271,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
             kind=args.kind,
             tuning_n=tuning_n,
             context_law=args.context_law,
+            projection=args.projection,
         )
     except LogFormatError as exc:
         args.parser.error(f"argument log: {exc}")

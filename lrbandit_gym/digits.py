@@ -12,9 +12,10 @@ the chosen arm's reward is revealed, as in any bandit; ``info`` holds the oracle
 images the bandit draws from and held-out images.  The low-rank model of the agents is then
 only an approximation; the parameter intervals' ground truth is the best linear predictor
 (:meth:`MatrixClassificationBandit.linear_parameters`, covered with ``projection="none"``),
-and the value of a policy has one too: :meth:`MatrixClassificationBandit.policy_value` gives its exact value under the
-bandit's own draws (``split="train"``) and its accuracy on the held-out images
-(``split="test"``), itself an estimate of the value on new images from a finite sample.
+and the value of a policy has one too: :meth:`MatrixClassificationBandit.policy_value`
+gives its exact value under the bandit's own draws (``split="train"``) and its accuracy on
+the held-out images (``split="test"``), itself an estimate of the value on new images from a
+finite sample.
 """
 
 from __future__ import annotations

@@ -109,8 +109,10 @@ def _fixed_estimate_study(d, r, b_trials, n_rounds, seed, names=("near", "far"))
 
 @pytest.fixture(scope="module")
 def paper_setting():
-    """The paper's setting (d = 50, r = 3), B = 300 bandits of 300 rounds."""
-    return _fixed_estimate_study(D, R, B_TRIALS, N_ROUNDS, seed=2024)
+    """The paper's setting (d = 50, r = 3), B = 300 bandits of 300 rounds, read with the far
+    estimate (the near one's calibration is :func:`test_intervals_are_calibrated`'s, at
+    B = 1500)."""
+    return _fixed_estimate_study(D, R, B_TRIALS, N_ROUNDS, seed=2024, names=("far",))
 
 
 def _bias_z(values: np.ndarray, truth: float) -> float:
@@ -135,26 +137,6 @@ def test_debiased_mean_is_unbiased_and_controls_fail(paper_setting):
             if name == "T1":  # the far estimate is off by ~0.1 in entry (1, 1)
                 se_mean = est.std(ddof=1) / np.sqrt(est.size)
                 assert abs(paper_setting["plug_in"][i, k] - truth[i, k]) > 8.0 * se_mean
-
-
-def test_intervals_are_roughly_calibrated(paper_setting):
-    """Near the truth, z = (m_hat - m) / se is ~N(0, 1): mean 0, variance 1, coverage .95.
-
-    A variance off by a factor 2 gives var(z) = 2 or 0.5, outside [0.7, 1.4] (the sampling
-    sd of var(z) with B = 300 is ~0.08).  :func:`test_intervals_are_calibrated` resolves a
-    standard error off by 10%."""
-    inf = paper_setting["infs"]["near"]
-    truth = paper_setting["truth"]
-    for i in range(2):
-        for k, name in enumerate(paper_setting["targets"]):
-            ci = inf.interval(i, name)
-            z = (ci.estimate - truth[i, k]) / ci.standard_error
-            assert abs(z.mean()) < 0.3, (i, name, z.mean())
-            assert 0.7 < z.var() < 1.4, (i, name, z.var())
-            assert 0.9 <= ci.contains(truth[i, k]).mean() <= 0.99
-        diff = inf.difference(1, 0, "T2")
-        zd = (diff.estimate - (truth[1, 1] - truth[0, 1])) / diff.standard_error
-        assert abs(zd.mean()) < 0.3 and 0.7 < zd.var() < 1.4
 
 
 #: Replications of the calibration study: the sampling sd of var(z) is sqrt(2/B) = 0.037.

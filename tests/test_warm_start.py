@@ -33,11 +33,18 @@ def _truncate(M, r):
     return (u[..., :r] * s[..., None, :r]) @ vt[..., :r, :]
 
 
-def test_paper_setting_default_length_is_sigma_close():
-    """d=50, r=3, K=2, sigma=0.1, uniform actions, the paper's 2000 rounds."""
+@pytest.fixture(scope="module")
+def paper_problem():
+    """d=50, r=3, K=2, sigma=0.1, uniform actions, the paper's 2000 rounds (contexts in
+    float32, as stored by WarmStartBuffer), and their proximal fit with its diagnostics (the
+    default solver with ``full_output``): one fit for the tests below."""
     truth, X, a, y = _problem(0, 2000, 50, 50, 3)
-    X = X.astype(np.float32)  # as stored by WarmStartBuffer
-    fit = nuclear_norm_fit(X, a, y, 2, rank=3, full_output=True)
+    X = X.astype(np.float32)
+    return truth, X, a, y, nuclear_norm_fit(X, a, y, 2, rank=3, full_output=True)
+
+
+def test_paper_setting_default_length_is_sigma_close(paper_problem):
+    truth, _, _, _, fit = paper_problem
     err = np.linalg.norm(_truncate(fit.estimate, 3) - truth, axis=(1, 2))
     assert np.all(err < 0.1), err  # sigma-close, as Algorithm 1's start needs
     np.testing.assert_allclose(fit.noise_std, 0.1, rtol=0.15)
@@ -48,17 +55,15 @@ def test_paper_setting_default_length_is_sigma_close():
     np.testing.assert_allclose(est.estimates, _truncate(fit.estimate, 3), atol=1e-10)
 
 
-def test_factored_solver_recovers_every_factor_in_the_paper_setting():
+def test_factored_solver_recovers_every_factor_in_the_paper_setting(paper_problem):
     """The default solver with a rank (alternating ridge regressions, as the studies' warm
     start runs it): the same accuracy as the proximal path at r = 3, where a mismatch between
     the columns of U and V (or a wrong product) would show."""
-    truth, X, a, y = _problem(0, 2000, 50, 50, 3)
-    X = X.astype(np.float32)
+    truth, X, a, y, proximal = paper_problem
     M = nuclear_norm_fit(X, a, y, 2, rank=3)
     err = np.linalg.norm(_truncate(M, 3) - truth, axis=(1, 2))
     assert np.all(err < 0.1), err
-    proximal = nuclear_norm_fit(X, a, y, 2, rank=3, solver="proximal")
-    gap = np.linalg.norm(_truncate(M, 3) - _truncate(proximal, 3), axis=(1, 2))
+    gap = np.linalg.norm(_truncate(M, 3) - _truncate(proximal.estimate, 3), axis=(1, 2))
     assert np.all(gap < 0.05), gap
 
 

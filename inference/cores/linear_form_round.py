@@ -10,10 +10,12 @@ or ``d1·d2`` (completion, Appendix C)::
 
 A round runs in two phases: the first (:func:`propose_terms`) computes the pulled arm's
 residual and ``<G_t, X_t>`` and checks that the sums can hold them, writing nothing;
-:func:`commit` writes them.  Both are functions of the core's public fields and its
-:class:`~inference.cores.linear_form_state.LinearFormState`; the core binds the public ones
-as its methods.  The estimate before the round enters as a
-:class:`PulledEstimate`: the arms it moved and the pulled arms' factors.  ``Σ_t M̃`` lives in
+:func:`commit` writes them.  The functions here read the core's public fields and its
+:class:`~inference.cores.linear_form_state.LinearFormState`; the core binds
+:func:`commit`, :func:`estimate_parts`, :func:`changed_arms` and :func:`observe_context` as
+its methods, and its ``propose`` (with the round's weight) calls :func:`propose_terms`.
+The estimate before the round enters as a :class:`PulledEstimate`: the arms it moved and
+the pulled arms' factors.  ``Σ_t M̃`` lives in
 :class:`~inference.cores.debiased_sum.DebiasedSum`; ``<M̂, X_t>`` and ``<G_t, X_t>`` come from
 ``r x r`` algebra (:mod:`inference.cores.tangent_space`) or from the compiled kernels
 (:mod:`inference.cores._kernels`).

@@ -310,7 +310,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "inference/cores/linear_form_round.py",
         "scale, whitened = s.whitener.entry_scale(X.rows, X.cols), None\n",
         "scale, whitened = s.whitener.entry_scale(X.rows, X.cols), None\n"
-        "                g = g * scale[:, None]\n",
+        "            g = g * scale[:, None]\n",
         ("tests/test_context_law.py",),
     ),
     Mutant(

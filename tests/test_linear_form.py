@@ -416,6 +416,21 @@ def test_position_changes_with_rounds_and_restored_state():
     assert inf.n_obs == 1 and inf.position != (1, start[1])  # same n, another stream
 
 
+def test_a_saved_state_keeps_its_keys():
+    """The saved format: the configuration, the targets, n, then every part's arrays in this
+    order (a saved state names its parts' fields; an estimated law adds its own)."""
+    inf = LinearFormInference(4, 3, 1, 2, {"T": np.eye(4, 3)}, context_law="estimated")
+    config = "kind d1 d2 rank n_actions n_trials context context_law projection"
+    sums = "acc held last_U last_V ring_U ring_V ring_n initialized sigma_sum S2_sum V_sum pulls"
+    parts = "weight_sum weight_max design_sum design_max check_sum check_sq check_n"
+    law = "law_sum_xx law_op_inverse law_op_second_moment law_n law_refreshed_at"
+    keys = f"{config} target_names targets n {sums} {parts} {law}".split()
+    state = inf.state_dict()
+    assert list(state) == keys and state["kind"] == "linear_form"
+    given = LinearFormInference(4, 3, 1, 2, {"T": np.eye(4, 3)}).state_dict()
+    assert list(given) == keys[: -len(law.split())]
+
+
 def test_interval_is_sigma_times_S_over_root_n():
     rng = np.random.default_rng(11)
     K, d1, d2, r = 3, 6, 5, 2

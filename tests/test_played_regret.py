@@ -1,6 +1,7 @@
 """The regret correction of the V* interval: the reservoir, the regret formula, the wrappers'
 plumbing, the warning, and the bias it removes."""
 
+import dataclasses
 import warnings
 
 import gymnasium as gym
@@ -18,6 +19,7 @@ from inference import (
     VectorValueInference,
 )
 from inference.cores.played_regret import WARN_RATIO, PlayedRules, correct_interval, played_regret
+from inference.wrappers.value_tracker import UNCHECKED
 from lrbandit_gym import Decision
 from lrbandit_gym.onehot import OneHotContexts
 
@@ -94,7 +96,9 @@ def test_own_reference_equals_the_parameter_wrappers():
     assert a.estimate == pytest.approx(b.estimate, rel=1e-9)
     assert a.standard_error == pytest.approx(b.standard_error, rel=1e-9)
     none = _run(True, correction="none")
-    assert none.interval() == none.core.interval()  # the paper's estimate, by name
+    ci, paper = none.interval(), none.core.interval()
+    assert ci.method == paper.method + UNCHECKED  # the paper's estimate, saying so
+    assert ci == dataclasses.replace(paper, method=ci.method)
     assert none.played_regret() is None
     assert a.estimate > none.interval().estimate  # the regret is >= 0
 

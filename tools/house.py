@@ -38,27 +38,9 @@ PUBLIC_UNDERSCORED = frozenset({"_replace", "_asdict", "_fields", "_make", "_fie
 #: (file, attribute): reason. Third-party state with no public way in.
 ALLOWED: dict[tuple[str, str], str] = {}
 
-MERGING = "issue 35: being merged into one class"
-
 #: file: (private names it shares with another file, space-separated; reason). Classes still
 #: split over files that read each other's fields.
-ALLOWED_SPLIT: dict[str, tuple[str, str]] = {
-    "inference/cores/linear_form.py": ("_sum _weights", MERGING),
-    "inference/cores/linear_form_readout.py": (
-        "_B _S2_sum _T _V_sum _cache _check _design _n _names _pulls _sigma_sum _sum"
-        " _weights _whitener",
-        MERGING,
-    ),
-    "inference/cores/linear_form_round.py": (
-        "_B _S2_sum _T _V_sum _cache _check _design _kappa _pulls _sigma_sum _sum _triplets"
-        " _weights _whitener",
-        MERGING,
-    ),
-    "inference/cores/linear_form_state.py": (
-        "_T _check _design _kind _names _sum _weights _whitener",
-        MERGING,
-    ),
-}
+ALLOWED_SPLIT: dict[str, tuple[str, str]] = {}
 
 #: Methods that set up an object's fields: a field written here is owned by this file.
 SETUP_METHODS = frozenset({"__init__", "__post_init__", "__new__", "__setstate__"})

@@ -110,8 +110,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "no_ipw",
         "no 1/pi in the debiasing of <M_a, T>",
         "inference/cores/linear_form.py",
-        "weight = 1.0 / propensities[np.arange(self._B), action]",
-        "weight = np.ones(self._B)",
+        "weight = 1.0 / propensities[np.arange(self.state.B), action]",
+        "weight = np.ones(self.state.B)",
         ("tests/test_linear_form.py", "tests/test_wrappers.py"),
     ),
     Mutant(
@@ -292,8 +292,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "readout_mean_share",
         "a read-out over several arms warns on their mean Lindeberg share, not the largest",
         "inference/cores/linear_form_readout.py",
-        "share = self._weights.shares()[:, list(arms)].max(axis=1)",
-        "share = self._weights.shares()[:, list(arms)].mean(axis=1)",
+        "share = core.state.weights.shares()[:, list(arms)].max(axis=1)",
+        "share = core.state.weights.shares()[:, list(arms)].mean(axis=1)",
         ("tests/test_seeded_slips.py", "tests/test_weight_share.py"),
     ),
     Mutant(
@@ -308,27 +308,27 @@ MUTANTS: tuple[Mutant, ...] = (
         "entry_scale_twice",
         "an entry law scales the design term <G_t, X_t> by 1/p_jk besides its scale",
         "inference/cores/linear_form_round.py",
-        "scale, whitened = self._whitener.entry_scale(X.rows, X.cols), None\n",
-        "scale, whitened = self._whitener.entry_scale(X.rows, X.cols), None\n"
-        "                g = g * scale[:, None]\n",
+        "scale, whitened = s.whitener.entry_scale(X.rows, X.cols), None\n",
+        "scale, whitened = s.whitener.entry_scale(X.rows, X.cols), None\n"
+        "            g = g * scale[:, None]\n",
         ("tests/test_context_law.py",),
     ),
     Mutant(
         "estimated_law_not_predictable",
         "an estimated law takes round t's own context into the estimate that whitens it",
         "inference/cores/linear_form_round.py",
-        "        if self._whitener.estimated and self._whitener.n == 0:",
-        "        if self._whitener.estimated:\n"
-        "            self._whitener.observe(X.dense() if isinstance(X, OneHotContexts) else X)\n"
-        "        if self._whitener.estimated and self._whitener.n == 0:",
+        "    _require_law_contexts(s.whitener)\n    if one_hot and products is None:",
+        "    if s.whitener.estimated:\n"
+        "        s.whitener.observe(X.dense() if one_hot else X)\n"
+        "    _require_law_contexts(s.whitener)\n    if one_hot and products is None:",
         ("tests/test_context_law.py",),
     ),
     Mutant(
         "robust_variance_dropped",
         "under a law other than the paper's, the standard error is the paper's product form",
         "inference/cores/linear_form_readout.py",
-        "        if self.robust:  # σ̂²·S2 is then the robust variance (docs/method.md §11)",
-        "        if False:  # σ̂²·S2 is then the robust variance (docs/method.md §11)",
+        "    if core.robust:  # σ̂²·S2 is then the robust variance (docs/method.md §11)",
+        "    if False:  # σ̂²·S2 is then the robust variance (docs/method.md §11)",
         ("tests/test_context_law.py",),
     ),
 )

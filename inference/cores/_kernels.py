@@ -1,7 +1,7 @@
 """Compiled (numba) kernels of the online debiasing (engine "numba", :mod:`lrbandit_gym.engine`).
 
 :func:`round_terms` and :func:`absorb_round` run, one trial at a time, what the two phases of
-a round of :class:`inference.cores.linear_form_round.LinearFormRound` do with stacked numpy calls
+a round of :mod:`inference.cores.linear_form_round` do with stacked numpy calls
 for balanced factors (as :class:`agents.LowRankSGD` stores them): queueing the held
 estimates of the arms that moved (:mod:`inference.cores.debiased_sum`), then the pulled arm's
 residual, ``<G_t, X_t>`` from the targets' singular triplets

@@ -42,6 +42,7 @@ import numpy as np
 
 from inference.cores.checks import check_batch_vector, check_factors, check_flags
 from inference.cores.linear_form import LinearFormCore, check_estimate_scale
+from inference.cores.linear_form_round import checked_contexts, propose_terms
 from lrbandit_gym.input_checks import check_actions
 
 __all__ = ["ExplorationOnlyInference"]
@@ -62,10 +63,10 @@ class ExplorationOnlyInference(LinearFormCore):
         As for :class:`~inference.cores.linear_form.LinearFormInference`.
     """
 
-    _kind = "exploration_only"
-    _pull_kind = " in an exploration round"
-    _pull_noun = "exploration pull"
-    _method_name = "exploration-only debiased low-rank estimate (Table 3 baseline)"
+    state_kind = "exploration_only"
+    pull_kind = " in an exploration round"
+    pull_noun = "exploration pull"
+    method_name = "exploration-only debiased low-rank estimate (Table 3 baseline)"
 
     def update(
         self,
@@ -102,7 +103,7 @@ class ExplorationOnlyInference(LinearFormCore):
         """
         Ub, Vb = check_factors(U, V, self.n_actions, self.d1, self.d2, self.rank, self.n_trials)
         check_estimate_scale(Ub, Vb, self.batched)
-        Xb = self._check_contexts(X)
+        Xb = checked_contexts(self, X)
         a = check_actions(action, self.n_actions, self.n_trials)
         y = check_batch_vector(reward, self.n_trials, "reward")
         flags = check_flags(explored, self.n_trials, "explored")
@@ -118,4 +119,4 @@ class ExplorationOnlyInference(LinearFormCore):
             where = f" (trial {i})" if self.batched else ""
             raise ValueError(f"epsilon must be in (0, 1], got {eps[i]!r}{where}")
         weight = np.where(flags, self.n_actions / eps, 0.0)
-        self.commit(self._propose(self.estimate_parts(Ub, Vb, a), Xb, a, y, weight))
+        self.commit(propose_terms(self, self.estimate_parts(Ub, Vb, a), Xb, a, y, weight))

@@ -19,10 +19,12 @@ from them; the tests compare both with the fast path.
 
 Everything is a running sum: memory is ``O(K d1 d2)`` per trial and the per-round cost does
 not grow with the number of rounds.  :class:`LinearFormCore` holds the configuration and
-the sums and is assembled from three halves, one module each:
-:mod:`inference.cores.linear_form_round` (one round of Algorithm 2, two-phase),
-:mod:`inference.cores.linear_form_readout` (the point estimates and intervals of Algorithm 3) and
-:mod:`inference.cores.linear_form_state` (saving and restoring the sums).  What keeps a round
+owns the sums, a :class:`~inference.cores.linear_form_state.LinearFormState` with public
+fields; what it does with them are functions of its public fields, one module each, that
+it binds as its methods: :mod:`inference.cores.linear_form_round` (one round of
+Algorithm 2, two-phase), :mod:`inference.cores.linear_form_readout` (the point estimates and
+intervals of Algorithm 3) and :mod:`inference.cores.linear_form_state` (the sums, saved and
+restored).  What keeps a round
 cheap lives below them: :mod:`inference.cores.debiased_sum` (``Σ_t M̃`` with the held estimates
 queued and added by one GEMM every few rounds), :mod:`inference.cores.tangent_space`
 (``<M̂, X_t>`` and ``<G_t, X_t>`` from ``r x r`` algebra, never a ``d1 x d2`` projector)
@@ -36,20 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from inference.cores import linear_form_readout, linear_form_round, linear_form_state
 from inference.cores.checks import check_batch_vector, check_factors, check_n_trials, check_targets
-from inference.cores.context_check import ContextCheck
-from inference.cores.debiased_sum import DebiasedSum
-from inference.cores.linear_form_readout import LinearFormReadout
-from inference.cores.linear_form_round import (
-    LinearFormRound,
-    PulledEstimate,
-    RoundTerms,
-    check_estimate_scale,
-)
-from inference.cores.linear_form_state import LinearFormPersistence
-from inference.cores.running_law import RunningSecondMoment
-from inference.cores.tangent_space import TargetTriplets
-from inference.cores.weight_share import WeightShare
+from inference.cores.linear_form_round import PulledEstimate, RoundTerms, check_estimate_scale
+from inference.cores.linear_form_state import LinearFormState
 from lrbandit_gym.context_law import IsotropicLaw, as_context_law
 from lrbandit_gym.input_checks import (
     check_actions,
@@ -93,15 +85,24 @@ def debiased_sums_reference(
     return M_sum, sigma_sum, S2_sum
 
 
-class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
+class LinearFormCore:
     """Shared engine of :class:`LinearFormInference` and the exploration-only baseline.
 
     Subclasses validate their own ``update`` arguments, turn them into one inverse-propensity
     weight per trial for the pulled arm (0 for a round that must not be used) and run the
-    round's two phases (``_propose``, then :meth:`commit`).
+    round's two phases (:func:`~inference.cores.linear_form_round.propose_terms`, then
+    :meth:`commit`).
+
+    The running sums are :attr:`state`; the round, the read-outs and persistence are
+    functions of the core's public fields in their modules, bound below as methods.
     """
 
-    _kind = "linear_form"
+    #: The ``kind`` a saved state carries: a state loads only into a core of its kind.
+    state_kind = "linear_form"
+    #: Words of the read-outs' messages, which a subclass's own rounds change.
+    pull_kind = ""
+    pull_noun = "pull"
+    method_name = "online debiased low-rank estimate (Algorithms 2-3)"
 
     #: Whether a round adds its correction term ``c·1{a_t=i}/π_t(i)·res_t·X_t`` to the
     #: debiased sum (Algorithm 2); the method always does, a negative control of a validity
@@ -139,9 +140,11 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
                 "projection='none' it is <M^unbs, T> itself)"
             )
         self.n_trials = check_n_trials(n_trials)
+        #: Whether results carry a leading trial axis.
+        self.batched = self.n_trials is not None
         names, stack = check_targets(targets, self.d1, self.d2)
-        self._names = names
-        self._T = np.ascontiguousarray(stack)
+        #: Names of the targets ``T``, in the order of the last axis of :attr:`S2`.
+        self.target_names = names
         law = (
             IsotropicLaw(self.d1, self.d2, self.context)
             if context_law is None
@@ -163,76 +166,58 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
         self.context_law = law
         #: ``c`` of ``Σ = I/c`` (1 or ``d1·d2``), or None for a law whose correction whitens.
         self.c = law.isotropic_scale
+        #: Whether the standard error is the heteroscedasticity-robust one (a law other than
+        #: the paper's two, docs/method.md §11) rather than ``σ̂·Ŝ/√n``.
+        self.robust = self.c is None
         if not isinstance(check_contexts, bool):
             raise ValueError(f"check_contexts must be True or False; got {check_contexts!r}")
         self.check_contexts = check_contexts
-        # <G, X> = <T, X P_V> + <T, P_U X> - kappa <T, P_U X P_V> (see tangent_space).
-        self._kappa = 2.0 if self.projection == "paper" else 1.0
-        self._triplets = TargetTriplets.from_targets(self._T)
-        self._reset()
+        B = 1 if self.n_trials is None else self.n_trials
+        #: The running sums and what a round reads with them (linear_form_state).
+        self.state = LinearFormState(
+            B, self.n_actions, self.d1, self.d2, self.rank, names, stack, self.projection, law
+        )
+        #: Rounds absorbed so far (``n``).
+        self.n_obs = 0
+        #: ``(n, generation)``: identifies the rounds absorbed so far.  ``generation``
+        #: changes whenever the state is replaced (a :meth:`load_state_dict`), so equal
+        #: positions mean the same absorbed stream.
+        self.position = (0, 1)
 
-    # ------------------------------------------------------------------ state
-    def _reset(self) -> None:
-        B, K = self._B, self.n_actions
-        self._n = 0
-        self._generation = getattr(self, "_generation", 0) + 1  # bumped when state is replaced
-        self._sum = DebiasedSum(B, K, self.d1, self.d2, self.rank)  # n·M^unbs, eq. (11)
-        self._sigma_sum = np.zeros((B, K))  # n·σ̂², eq. (13)
-        self._S2_sum = np.zeros((B, K, len(self._names)))  # n·Ŝ², eq. (14)
-        # n·(robust variance): Σ_t (c·w·res·<G_t, W_t>)², the standard error under a law
-        # other than the paper's two (docs/method.md §11); kept only there.
-        self._V_sum = np.zeros((B, K, len(self._names)))
-        self._pulls = np.zeros((B, K), dtype=np.int64)
-        self._weights = WeightShare(B, K)  # Lindeberg's share of each arm (weight_share)
-        # ... and of each arm and target's design term (c·w·<G_t, X_t>)², the realized
-        # variance of Ŝ², whose largest round flags heavy-tailed contexts (weight_share).
-        self._design = WeightShare(B, K * len(self._names), prefix="design")
-        law = self.context_law
-        # The law in use: the given one, or a running estimate of it (running_law).
-        self._whitener = RunningSecondMoment(law, B) if law.estimated else law
-        self._check = ContextCheck(self.d1, self.d2, B, self._whitener)  # context_check
-        self._cache: dict[tuple[str, int], np.ndarray] = {}
-
-    @property
-    def _B(self) -> int:
-        return 1 if self.n_trials is None else self.n_trials
-
-    @property
-    def batched(self) -> bool:
-        """Whether results carry a leading trial axis."""
-        return self.n_trials is not None
-
-    def _out(self, arr: np.ndarray) -> np.ndarray:
-        return arr if self.batched else arr[0]
-
-    @property
-    def position(self) -> tuple[int, int]:
-        """``(n, generation)``: identifies the rounds absorbed so far.
-
-        ``n`` counts rounds; ``generation`` changes whenever the state is replaced (a
-        :meth:`load_state_dict`), so equal positions mean the same absorbed stream.
-        """
-        return self._n, self._generation
-
-    @property
-    def target_names(self) -> tuple[str, ...]:
-        """Names of the targets ``T``, in the order of the last axis of :attr:`S2`."""
-        return self._names
-
-    @property
-    def n_obs(self) -> int:
-        """Rounds absorbed so far (``n``)."""
-        return self._n
+    # The round (linear_form_round).
+    observe_context = linear_form_round.observe_context
+    changed_arms = linear_form_round.changed_arms
+    estimate_parts = linear_form_round.estimate_parts
+    commit = linear_form_round.commit
+    # The read-outs (linear_form_readout).
+    interval = linear_form_readout.interval
+    difference = linear_form_readout.difference
+    debiased_mean = linear_form_readout.debiased_mean
+    projected = linear_form_readout.projected
+    one_step = linear_form_readout.one_step
+    round_shares = linear_form_readout.round_shares
+    design_shares = linear_form_readout.design_shares
+    condition_numbers = linear_form_readout.condition_numbers
+    unidentified_fractions = linear_form_readout.unidentified_fractions
+    law_flags = linear_form_readout.law_flags
+    context_flags = linear_form_readout.context_flags
+    # Persistence (linear_form_state).
+    state_dict = linear_form_state.state_dict
+    validate_state_dict = linear_form_state.validate_state_dict
+    load_state_dict = linear_form_state.load_state_dict
 
     @property
     def n_pulls(self) -> np.ndarray:
         """Rounds that entered each arm's correction term, shape ``(K,)`` or ``(B, K)``."""
-        return self._out(self._pulls.copy())
+        pulls = self.state.pulls.copy()
+        return pulls if self.batched else pulls[0]
 
     @property
     def sigma2(self) -> np.ndarray:
         """``σ̂²_i`` per arm (eq. (13)), shape ``(K,)`` or ``(B, K)``; NaN at n = 0."""
-        return self._out(self._sigma_sum / self._n if self._n else self._sigma_sum * np.nan)
+        n, sums = self.n_obs, self.state.sigma_sum
+        sigma2 = sums / n if n else sums * np.nan
+        return sigma2 if self.batched else sigma2[0]
 
     @property
     def S2(self) -> np.ndarray:
@@ -240,34 +225,30 @@ class LinearFormCore(LinearFormRound, LinearFormReadout, LinearFormPersistence):
 
         The last axis follows :attr:`target_names`.  NaN before any data.
         """
-        return self._out(self._S2_sum / self._n if self._n else self._S2_sum * np.nan)
-
-    @property
-    def robust(self) -> bool:
-        """Whether the standard error is the heteroscedasticity-robust one (a law other than
-        the paper's two, docs/method.md §11) rather than ``σ̂·Ŝ/√n``."""
-        return self.c is None
+        n, sums = self.n_obs, self.state.S2_sum
+        S2 = sums / n if n else sums * np.nan
+        return S2 if self.batched else S2[0]
 
     def standard_errors(self) -> np.ndarray:
         """The standard error of every arm and target, ``(K, n_T)`` or ``(B, K, n_T)``:
         ``σ̂·Ŝ/√n`` (eq. (15)), or the robust one; NaN before any data."""
-        n = self._n
+        n, s = self.n_obs, self.state
         if not n:
-            return self._out(self._S2_sum * np.nan)
-        var = (
-            self._V_sum / n if self.robust else (self._sigma_sum / n)[..., None] * self._S2_sum / n
-        )
-        return self._out(np.sqrt(var / n))
+            se = s.S2_sum * np.nan
+        else:
+            var = s.V_sum / n if self.robust else (s.sigma_sum / n)[..., None] * s.S2_sum / n
+            se = np.sqrt(var / n)
+        return se if self.batched else se[0]
 
     def __repr__(self) -> str:
         batch = "" if self.n_trials is None else f", n_trials={self.n_trials}"
         return (
             f"{type(self).__name__}(d1={self.d1}, d2={self.d2}, rank={self.rank}, "
-            f"n_actions={self.n_actions}, targets={list(self._names)}, "
+            f"n_actions={self.n_actions}, targets={list(self.target_names)}, "
             f"context={self.context!r}, context_law={self.context_law.name!r}, "
             f"projection={self.projection!r}, "
             f"point_estimate={self.point_estimate!r}{batch}; "
-            f"n_obs={self._n})"
+            f"n_obs={self.n_obs})"
         )
 
 
@@ -414,7 +395,7 @@ class LinearFormInference(LinearFormCore):
         ValueError
             Naming the argument and the offending value (and trial, when batched).
         """
-        Xb = self._check_contexts(X)
+        Xb = linear_form_round.checked_contexts(self, X)
         a = check_actions(action, self.n_actions, self.n_trials)
         y = check_batch_vector(reward, self.n_trials, "reward")
         p = check_propensities(propensities, a, self.n_actions, self.n_trials)
@@ -441,7 +422,9 @@ class LinearFormInference(LinearFormCore):
         """
         action = round_.actions
         weight = self.weight(action, round_.propensities)
-        terms = self._propose(estimate, round_.contexts, action, round_.rewards, weight)
+        terms = linear_form_round.propose_terms(
+            self, estimate, round_.contexts, action, round_.rewards, weight
+        )
         with np.errstate(divide="ignore"):  # a zero propensity: an infinite factor
             return terms._replace(factors=1.0 / round_.propensities)
 
@@ -449,5 +432,5 @@ class LinearFormInference(LinearFormCore):
         """The inverse-propensity weight ``1/π_t(a_t)`` of a round per trial, ``(B,)``
         (``action`` ``(B,)``, ``propensities`` ``(B, K)``): the hook a negative control of a
         validity study overrides (:mod:`lrbandit_gym.experiments.controls`)."""
-        weight = 1.0 / propensities[np.arange(self._B), action]
+        weight = 1.0 / propensities[np.arange(self.state.B), action]
         return weight

@@ -8,10 +8,14 @@ or ``d1·d2`` (completion, Appendix C)::
     n·σ̂²_{a_t}   += w_t·res_t²                                eq. (13)
     n·Ŝ²_{a_t}   += (c·w_t)²·<G_t, X_t>²   (every target)       eq. (14)
 
-A round runs in two phases: the first (``propose``) computes the pulled arm's residual and
-``<G_t, X_t>`` and checks that the sums can hold them, writing nothing;
-:meth:`LinearFormRound.commit` writes them.  The estimate before the round enters as a
-:class:`PulledEstimate`: the arms it moved and the pulled arms' factors.  ``Σ_t M̃`` lives in
+A round runs in two phases: the first (:func:`propose_terms`) computes the pulled arm's
+residual and ``<G_t, X_t>`` and checks that the sums can hold them, writing nothing;
+:func:`commit` writes them.  The functions here read the core's public fields and its
+:class:`~inference.cores.linear_form_state.LinearFormState`; the core binds
+:func:`commit`, :func:`estimate_parts`, :func:`changed_arms` and :func:`observe_context` as
+its methods, and its ``propose`` (with the round's weight) calls :func:`propose_terms`.
+The estimate before the round enters as a :class:`PulledEstimate`: the arms it moved and
+the pulled arms' factors.  ``Σ_t M̃`` lives in
 :class:`~inference.cores.debiased_sum.DebiasedSum`; ``<M̂, X_t>`` and ``<G_t, X_t>`` come from
 ``r x r`` algebra (:mod:`inference.cores.tangent_space`) or from the compiled kernels
 (:mod:`inference.cores._kernels`).
@@ -33,11 +37,16 @@ from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_
 
 __all__ = [
     "Changes",
-    "LinearFormRound",
     "Products",
     "PulledEstimate",
     "RoundTerms",
+    "changed_arms",
     "check_estimate_scale",
+    "checked_contexts",
+    "commit",
+    "estimate_parts",
+    "observe_context",
+    "propose_terms",
 ]
 
 Changes = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -70,7 +79,7 @@ class PulledEstimate(NamedTuple):
 
 
 class RoundTerms(NamedTuple):
-    """One round computed and checked (the first phase), for :meth:`LinearFormRound.commit`."""
+    """One round computed and checked (the first phase), for :func:`commit`."""
 
     changes: tuple[np.ndarray, ...]
     X: Any
@@ -112,334 +121,342 @@ def check_estimate_scale(U: np.ndarray, V: np.ndarray, batched: bool) -> None:
         )
 
 
-class LinearFormRound:
-    """The per-round half of :class:`~inference.cores.linear_form.LinearFormCore`: validating the
-    contexts, finding the arms whose estimate moved, and the two-phase round.
+def checked_contexts(core, X: Any) -> np.ndarray | OneHotContexts:
+    """Validate ``update``'s contexts: ``(B, d1, d2)``, or for completion contexts
+    :class:`~lrbandit_gym.onehot.OneHotContexts` (from an index ``[j, k]``, shape (2,)
+    or (B, 2), or from one-hot matrices, found in one pass)."""
+    completion = core.context == "completion"
+    if completion and is_index_like(X, core.n_trials):
+        return check_index(X, core.d1, core.d2, core.n_trials)
+    Xb = check_matrix_stack(X, (core.d1, core.d2), core.n_trials, "X")
+    if completion:
+        ctx = one_hot_contexts(Xb)
+        if ctx is not None:
+            return ctx
+    return Xb
 
-    Mixed into the core, whose constructor sets the state these methods read and write.
+
+def observe_context(core, X: Any) -> None:
+    """Add a round's context that does not enter the inference (a warm start's) to an
+    estimated law; nothing for a given law.  ``X``: the contexts in the batched layout
+    (B, d1, d2), or :class:`~lrbandit_gym.onehot.OneHotContexts`, already checked."""
+    whitener = core.state.whitener
+    if whitener.estimated:
+        whitener.observe(X)
+
+
+def changed_arms(core, U: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """Which arms' factors differ from the ones last absorbed.
+
+    Parameters
+    ----------
+    U, V : ndarray of shape (B, K, d1, r) and (B, K, d2, r)
+        Every arm's factors, assumed validated.
+
+    Returns
+    -------
+    ndarray of bool, shape (B, K)
+        Exact comparison; every arm before the first round.
     """
+    return core.state.sum.changed(U, V)
 
-    def _check_contexts(self, X: Any) -> np.ndarray | OneHotContexts:
-        """Validate ``update``'s contexts: ``(B, d1, d2)``, or for completion contexts
-        :class:`~lrbandit_gym.onehot.OneHotContexts` (from an index ``[j, k]``, shape (2,)
-        or (B, 2), or from one-hot matrices, found in one pass)."""
-        completion = self.context == "completion"
-        if completion and is_index_like(X, self.n_trials):
-            return check_index(X, self.d1, self.d2, self.n_trials)
-        Xb = check_matrix_stack(X, (self.d1, self.d2), self.n_trials, "X")
-        if completion:
-            ctx = one_hot_contexts(Xb)
-            if ctx is not None:
-                return ctx
-        return Xb
 
-    def _add_design(self, action, weight, g, c) -> None:
-        """The pulled arm's design terms ``(c·w·<G_t, X_t>)²`` into the design share."""
-        B, K, nT = self._S2_sum.shape
-        terms = np.zeros((B, K, nT))
-        cw = c * weight
-        terms[np.arange(B), action] = (cw * cw)[:, None] * g * g
-        self._design.add(terms.reshape(B, K * nT))
+def estimate_parts(core, U: np.ndarray, V: np.ndarray, action: np.ndarray) -> PulledEstimate:
+    """The parts of an estimate given by every arm's factors that a round reads: the arms
+    whose factors changed (:meth:`changed_arms`) and the pulled arms' factors.
 
-    def observe_context(self, X: Any) -> None:
-        """Add a round's context that does not enter the inference (a warm start's) to an
-        estimated law; nothing for a given law.  ``X``: the contexts in the batched layout
-        (B, d1, d2), or :class:`~lrbandit_gym.onehot.OneHotContexts`, already checked."""
-        if self._whitener.estimated:
-            self._whitener.observe(X)
+    Parameters
+    ----------
+    U, V : ndarray of shape (B, K, d1, r) and (B, K, d2, r)
+        Factors of the estimates before round ``t``'s update, validated.
+    action : ndarray of int, shape (B,)
+    """
+    trials = np.arange(core.state.B)
+    bi, ki = np.nonzero(core.state.sum.changed(U, V))
+    changes = (bi, ki, U[bi, ki], V[bi, ki])
+    return PulledEstimate(changes, U[trials, action], V[trials, action])
 
-    def changed_arms(self, U: np.ndarray, V: np.ndarray) -> np.ndarray:
-        """Which arms' factors differ from the ones last absorbed.
 
-        Parameters
-        ----------
-        U, V : ndarray of shape (B, K, d1, r) and (B, K, d2, r)
-            Every arm's factors, assumed validated.
+def propose_terms(
+    core,
+    estimate: PulledEstimate,
+    X: np.ndarray | OneHotContexts,
+    action: np.ndarray,
+    reward: np.ndarray,
+    weight: np.ndarray,
+) -> RoundTerms:
+    """Compute one round's terms and check that the sums can absorb them, writing
+    nothing; :func:`commit` writes them.
 
-        Returns
-        -------
-        ndarray of bool, shape (B, K)
-            Exact comparison; every arm before the first round.
-        """
-        return self._sum.changed(U, V)
+    The pulled arm's residual ``res_t = y_t − <M̂, X_t>`` and ``<G_t, X_t>`` (every
+    target) are the round's expensive part; they are kept for the commit.  The round is
+    refused when ``w·res²`` or ``(c·w)²·<G_t, X_t>²`` would make a running sum
+    infinite, or when ``|c·w·res|`` (the correction's coefficient, times context entries
+    of at most :data:`~lrbandit_gym.input_checks.MAX_MAGNITUDE`) exceeds
+    ``MAX_MAGNITUDE``: such a round would turn every later interval into NaN.
 
-    def estimate_parts(self, U: np.ndarray, V: np.ndarray, action: np.ndarray) -> PulledEstimate:
-        """The parts of an estimate given by every arm's factors that a round reads: the arms
-        whose factors changed (:meth:`changed_arms`) and the pulled arms' factors.
+    Parameters
+    ----------
+    core : LinearFormCore
+        The core, read through its public fields and :attr:`~LinearFormCore.state`.
+    estimate : PulledEstimate
+        The estimate before the round (:func:`estimate_parts`, or a shared estimator's
+        snapshot).
+    X : ndarray of shape (B, d1, d2), or OneHotContexts
+        The contexts; completion contexts in index form make the round O((d1 + d2) r)
+        (with a change's ``support``).
+    action : ndarray of int, shape (B,)
+    reward : ndarray of shape (B,)
+    weight : ndarray of shape (B,)
+        Inverse-propensity weight ``1/pi_t(a_t)`` of the pulled arm; 0 keeps the round
+        out of the correction, ``sigma^2`` and ``S^2`` sums.
 
-        Parameters
-        ----------
-        U, V : ndarray of shape (B, K, d1, r) and (B, K, d2, r)
-            Factors of the estimates before round ``t``'s update, validated.
-        action : ndarray of int, shape (B,)
-        """
-        trials = np.arange(self._B)
-        bi, ki = np.nonzero(self.changed_arms(U, V))
-        changes = (bi, ki, U[bi, ki], V[bi, ki])
-        return PulledEstimate(changes, U[trials, action], V[trials, action])
+    Raises
+    ------
+    ValueError
+        If the sums cannot absorb the round (naming the trial, reward and residual).
+    """
+    if core.projection == "none":
+        return _propose_unprojected(core, estimate, X, action, reward, weight)
+    s = core.state
+    changes, Ua, Va, products, balanced = estimate
+    one_hot = isinstance(X, OneHotContexts)
+    compiled = balanced and products is not None and engine.compiled()
+    c, whitened, observed = core.c, None, reward
+    if c is None:  # a law that is not I/c (docs/method.md §11)
+        if one_hot or not compiled:
+            return _propose_whitened(core, estimate, X, action, reward, weight)
+        # The kernel reads the prediction and <G_t, ·> off the products it is given: given
+        # those of the whitened context, its residual would be taken against <M̂, W_t>,
+        # so the reward it sees is shifted to make that residual y_t − <M̂, X_t>.
+        whitened = s.whitener.whiten(X)
+        pred = np.einsum("bir,bir->b", Ua, products[0])
+        products = (
+            np.matmul(whitened, Va),
+            np.matmul(whitened.swapaxes(-1, -2), Ua),
+            products[2],
+        )
+        reward = reward - pred + np.einsum("bir,bir->b", Ua, products[0])
+        c = 1.0
+    if compiled:  # positional calls: the round's fixed cost is numba's dispatch
+        from inference.cores import _kernels
 
-    def _propose(
-        self,
-        estimate: PulledEstimate,
-        X: np.ndarray | OneHotContexts,
-        action: np.ndarray,
-        reward: np.ndarray,
-        weight: np.ndarray,
-    ) -> RoundTerms:
-        """Compute one round's terms and check that the sums can absorb them, writing
-        nothing; :meth:`commit` writes them.
+        res = np.empty(s.B)
+        g = np.empty((s.B, s.S2_sum.shape[2]))
+        tr = s.triplets
+        if one_hot:  # the pulled arm's O(r) part
+            bad = _kernels.one_hot_terms(
+                X.rows, X.cols, Ua, Va, products[2], action, reward, weight, c,
+                s.kappa, MAX_MAGNITUDE, tr.Xs, tr.Ys, tr.x_rows, tr.y_rows, tr.Xs_sub,
+                tr.Ys_sub, tr.Sw, s.sigma_sum, s.S2_sum, res, g,
+            )  # fmt: skip
+        else:
+            XV, XtU, sq = products
+            bad = _kernels.round_terms(
+                Ua, Va, XV, XtU, sq, action, reward, weight, c, s.kappa,
+                MAX_MAGNITUDE, tr.x_rows, tr.y_rows, tr.Xs_sub, tr.Ys_sub, tr.Sw,
+                s.sigma_sum, s.S2_sum, res, g,
+            )  # fmt: skip
+    else:
+        if one_hot and products is None:  # X V_a = e_j V_a[k]ᵀ, Xᵀ U_a = e_k U_a[j]ᵀ
+            products = (*one_hot_products(X, Ua, Va), None)
+        # <M̂_{a_t,t−1}, X_t> and <G_t, X_t> (every target) of the pulled arm.
+        with np.errstate(over="ignore", invalid="ignore"):  # refused below
+            pred, g = pulled_arm_terms(
+                Ua, Va, X, s.triplets, s.kappa, balanced=balanced, products=products
+            )
+            res = reward - pred  # res_t = y_t − <M̂, X_t>
+            bad = _refused(s, action, weight, res, g, core.c)
+    if bad >= 0:
+        _refuse(core, bad, action, observed, weight, res, g)
+    terms = RoundTerms(changes, X, action, weight, res, g, compiled, core.position)
+    return terms if whitened is None else terms._replace(whitened=whitened)
 
-        The pulled arm's residual ``res_t = y_t − <M̂, X_t>`` and ``<G_t, X_t>`` (every
-        target) are the round's expensive part; they are kept for the commit.  The round is
-        refused when ``w·res²`` or ``(c·w)²·<G_t, X_t>²`` would make a running sum
-        infinite, or when ``|c·w·res|`` (the correction's coefficient, times context entries
-        of at most :data:`~lrbandit_gym.input_checks.MAX_MAGNITUDE`) exceeds
-        ``MAX_MAGNITUDE``: such a round would turn every later interval into NaN.
 
-        Parameters
-        ----------
-        estimate : PulledEstimate
-            The estimate before the round (:meth:`estimate_parts`, or a shared estimator's
-            snapshot).
-        X : ndarray of shape (B, d1, d2), or OneHotContexts
-            The contexts; completion contexts in index form make the round O((d1 + d2) r)
-            (with a change's ``support``).
-        action : ndarray of int, shape (B,)
-        reward : ndarray of shape (B,)
-        weight : ndarray of shape (B,)
-            Inverse-propensity weight ``1/pi_t(a_t)`` of the pulled arm; 0 keeps the round
-            out of the correction, ``sigma^2`` and ``S^2`` sums.
-
-        Raises
-        ------
-        ValueError
-            If the sums cannot absorb the round (naming the trial, reward and residual).
-        """
-        if self.projection == "none":
-            return self._propose_unprojected(estimate, X, action, reward, weight)
-        changes, Ua, Va, products, balanced = estimate
-        one_hot = isinstance(X, OneHotContexts)
-        compiled = balanced and products is not None and engine.compiled()
-        c, whitened, observed = self.c, None, reward
-        if c is None:  # a law that is not I/c (docs/method.md §11)
-            if one_hot or not compiled:
-                return self._propose_whitened(estimate, X, action, reward, weight)
-            # The kernel reads the prediction and <G_t, ·> off the products it is given: given
-            # those of the whitened context, its residual would be taken against <M̂, W_t>,
-            # so the reward it sees is shifted to make that residual y_t − <M̂, X_t>.
-            whitened = self._whitener.whiten(X)
-            pred = np.einsum("bir,bir->b", Ua, products[0])
-            products = (
+def _propose_whitened(core, estimate, X, action, reward, weight) -> RoundTerms:
+    """:func:`propose_terms` under a law whose ``Σ`` is not ``I/c``: the residual reads
+    ``X_t``, the correction and ``<G_t, ·>`` read ``Σ⁻¹ vec X_t`` (docs/method.md §1),
+    whitened by the law before this round (an estimated one: from earlier contexts)."""
+    s = core.state
+    changes, Ua, Va, products, balanced = estimate
+    one_hot = isinstance(X, OneHotContexts)
+    _require_law_contexts(s.whitener)
+    if one_hot and products is None:
+        products = (*one_hot_products(X, Ua, Va), None)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if one_hot and isinstance(s.whitener, EntryLaw):  # Σ⁻¹ e_j e_kᵀ = e_j e_kᵀ/p_jk
+            pred, g = pulled_arm_terms(
+                Ua, Va, X, s.triplets, s.kappa, balanced=balanced, products=products
+            )
+            # <G_t, Σ⁻¹X_t> = g/p_jk: the scale carries it, as c does for the paper's law.
+            scale, whitened = s.whitener.entry_scale(X.rows, X.cols), None
+        else:
+            dense = X.dense() if one_hot else X
+            XV = np.matmul(dense, Va) if products is None else products[0]
+            pred = np.einsum("bir,bir->b", Ua, XV)  # <M̂, X_t> = tr(Uᵀ X V)
+            whitened = s.whitener.whiten(dense)
+            white = (
                 np.matmul(whitened, Va),
                 np.matmul(whitened.swapaxes(-1, -2), Ua),
-                products[2],
+                None if products is None else products[2],
             )
-            reward = reward - pred + np.einsum("bir,bir->b", Ua, products[0])
-            c = 1.0
-        if compiled:  # positional calls: the round's fixed cost is numba's dispatch
-            from inference.cores import _kernels
-
-            res = np.empty(self._B)
-            g = np.empty((self._B, self._S2_sum.shape[2]))
-            tr = self._triplets
-            if one_hot:  # the pulled arm's O(r) part
-                bad = _kernels.one_hot_terms(
-                    X.rows, X.cols, Ua, Va, products[2], action, reward, weight, c,
-                    self._kappa, MAX_MAGNITUDE, tr.Xs, tr.Ys, tr.x_rows, tr.y_rows, tr.Xs_sub,
-                    tr.Ys_sub, tr.Sw, self._sigma_sum, self._S2_sum, res, g,
-                )  # fmt: skip
-            else:
-                XV, XtU, sq = products
-                bad = _kernels.round_terms(
-                    Ua, Va, XV, XtU, sq, action, reward, weight, c, self._kappa,
-                    MAX_MAGNITUDE, tr.x_rows, tr.y_rows, tr.Xs_sub, tr.Ys_sub, tr.Sw,
-                    self._sigma_sum, self._S2_sum, res, g,
-                )  # fmt: skip
-        else:
-            if one_hot and products is None:  # X V_a = e_j V_a[k]ᵀ, Xᵀ U_a = e_k U_a[j]ᵀ
-                products = (*one_hot_products(X, Ua, Va), None)
-            # <M̂_{a_t,t−1}, X_t> and <G_t, X_t> (every target) of the pulled arm.
-            with np.errstate(over="ignore", invalid="ignore"):  # refused below
-                pred, g = pulled_arm_terms(
-                    Ua, Va, X, self._triplets, self._kappa, balanced=balanced, products=products
-                )
-                res = reward - pred  # res_t = y_t − <M̂, X_t>
-                bad = self._refused(action, weight, res, g, self.c)
-        if bad >= 0:
-            self._refuse(bad, action, observed, weight, res, g)
-        terms = RoundTerms(changes, X, action, weight, res, g, compiled, self.position)
-        return terms if whitened is None else terms._replace(whitened=whitened)
-
-    def _propose_whitened(self, estimate, X, action, reward, weight) -> RoundTerms:
-        """:meth:`_propose` under a law whose ``Σ`` is not ``I/c``: the residual reads
-        ``X_t``, the correction and ``<G_t, ·>`` read ``Σ⁻¹ vec X_t`` (docs/method.md §1),
-        whitened by the law before this round (an estimated one: from earlier contexts)."""
-        changes, Ua, Va, products, balanced = estimate
-        one_hot = isinstance(X, OneHotContexts)
-        self._require_law_contexts()
-        if one_hot and products is None:
-            products = (*one_hot_products(X, Ua, Va), None)
-        with np.errstate(over="ignore", invalid="ignore"):
-            if one_hot and isinstance(self._whitener, EntryLaw):  # Σ⁻¹ e_j e_kᵀ = e_j e_kᵀ/p_jk
-                pred, g = pulled_arm_terms(
-                    Ua, Va, X, self._triplets, self._kappa, balanced=balanced, products=products
-                )
-                # <G_t, Σ⁻¹X_t> = g/p_jk: the scale carries it, as c does for the paper's law.
-                scale, whitened = self._whitener.entry_scale(X.rows, X.cols), None
-            else:
-                dense = X.dense() if one_hot else X
-                XV = np.matmul(dense, Va) if products is None else products[0]
-                pred = np.einsum("bir,bir->b", Ua, XV)  # <M̂, X_t> = tr(Uᵀ X V)
-                whitened = self._whitener.whiten(dense)
-                white = (
-                    np.matmul(whitened, Va),
-                    np.matmul(whitened.swapaxes(-1, -2), Ua),
-                    None if products is None else products[2],
-                )
-                scale = np.ones(self._B)
-                _, g = pulled_arm_terms(
-                    Ua,
-                    Va,
-                    whitened,
-                    self._triplets,
-                    self._kappa,
-                    balanced=balanced and white[2] is not None,
-                    products=white,
-                )
-            res = reward - pred
-            bad = self._refused(action, weight, res, g, scale)
-        if bad >= 0:
-            self._refuse(bad, action, reward, weight, res, g)
-        return RoundTerms(
-            changes, X, action, weight, res, g, False, self.position, None, whitened, scale
-        )
-
-    def _require_law_contexts(self) -> None:
-        """Refuse a round an estimated law cannot whiten yet (no earlier context)."""
-        if self._whitener.estimated and self._whitener.n == 0:
-            raise ValueError(
-                "context_law='estimated' has seen no context before this round, so it cannot "
-                "whiten it by earlier ones: give it the contexts of a warm start first "
-                "(observe_context; the inference wrappers give it every round they see)"
+            scale = np.ones(s.B)
+            _, g = pulled_arm_terms(
+                Ua,
+                Va,
+                whitened,
+                s.triplets,
+                s.kappa,
+                balanced=balanced and white[2] is not None,
+                products=white,
             )
+        res = reward - pred
+        bad = _refused(s, action, weight, res, g, scale)
+    if bad >= 0:
+        _refuse(core, bad, action, reward, weight, res, g)
+    return RoundTerms(
+        changes, X, action, weight, res, g, False, core.position, None, whitened, scale
+    )
 
-    def _propose_unprojected(self, estimate, X, action, reward, weight) -> RoundTerms:
-        """:meth:`_propose` with ``projection="none"``: ``G_t = T``, so the design term is
-        ``<T, W_t>`` with ``W_t = c·X_t`` or ``Σ⁻¹ vec X_t`` (docs/method.md §12)."""
-        changes, Ua, Va, products, _ = estimate
-        trials = np.arange(self._B)
-        whitened, scale = None, None
-        if self.c is None:
-            self._require_law_contexts()
-        with np.errstate(over="ignore", invalid="ignore"):
-            if isinstance(X, OneHotContexts):
-                # <M̂, e_j e_kᵀ> = U_a[j]·V_a[k]; <T, e_j e_kᵀ> = T[j, k]
-                pred = np.einsum("br,br->b", Ua[trials, X.rows], Va[trials, X.cols])
-                g = self._T[:, X.rows, X.cols].T
-                if self.c is None and isinstance(self._whitener, EntryLaw):
-                    scale = self._whitener.entry_scale(X.rows, X.cols)
-                elif self.c is None:
-                    whitened = self._whitener.whiten(X.dense())
-                    g, scale = np.einsum("bij,kij->bk", whitened, self._T), np.ones(self._B)
-            else:
-                XV = np.matmul(X, Va) if products is None else products[0]
-                pred = np.einsum("bir,bir->b", Ua, XV)  # <M̂, X_t> = tr(Uᵀ X V)
-                if self.c is None:
-                    whitened = self._whitener.whiten(X)
-                    scale = np.ones(self._B)
-                g = np.einsum("bij,kij->bk", X if whitened is None else whitened, self._T)
-            res = reward - pred
-            bad = self._refused(action, weight, res, g, self.c if scale is None else scale)
-        if bad >= 0:
-            self._refuse(bad, action, reward, weight, res, g)
-        return RoundTerms(
-            changes, X, action, weight, res, g, False, self.position, None, whitened, scale
-        )
 
-    def _refused(self, action, weight, res, g, c) -> int:
-        """The first trial whose round the sums cannot absorb (numpy), or -1."""
-        trials = np.arange(self._B)
-        cw = c * weight
-        ok = np.isfinite(self._sigma_sum[trials, action] + weight * res * res)
-        ok &= np.isfinite(self._S2_sum[trials, action] + (cw * cw)[:, None] * g * g).all(axis=1)
-        ok &= np.abs(cw * res) <= MAX_MAGNITUDE
-        return -1 if ok.all() else int(np.argmin(ok))
-
-    def _refuse(self, b, action, reward, weight, res, g) -> None:
-        where = f" (trial {b})" if self.batched else ""
-        with np.errstate(over="ignore", invalid="ignore"):
-            top = float(np.max(np.abs(g[b]))) if g.shape[1] else 0.0
+def _require_law_contexts(whitener) -> None:
+    """Refuse a round an estimated law cannot whiten yet (no earlier context)."""
+    if whitener.estimated and whitener.n == 0:
         raise ValueError(
-            f"the round cannot be absorbed{where}: reward {float(reward[b])!r} against the "
-            f"estimate's prediction gives the residual {float(res[b]):.3g} (weight 1/pi = "
-            f"{float(weight[b]):.3g}, largest |<G_t, X_t>| = {top:.3g}), whose square in the "
-            f"running sums of sigma^2 and S^2, or whose correction c*w*res (at most "
-            f"MAX_MAGNITUDE = {MAX_MAGNITUDE:g}), overflows float64; nothing was changed: "
-            "rescale the rewards, contexts and estimates to order 1"
+            "context_law='estimated' has seen no context before this round, so it cannot "
+            "whiten it by earlier ones: give it the contexts of a warm start first "
+            "(observe_context; the inference wrappers give it every round they see)"
         )
 
-    def commit(self, terms: RoundTerms) -> None:
-        """Write a round computed and checked by the first phase (nothing here fails on
-        data).
 
-        Raises
-        ------
-        RuntimeError
-            If the state changed since the round was proposed.
-        """
-        if terms.position != self.position:
-            raise RuntimeError(
-                "the round was proposed before the last change to this object's state; "
-                "propose it again"
-            )
-        changes, X, action, weight, res, g = terms[:6]
-        debias = self.debias
-        if self.check_contexts:
-            self._check.add(X)  # against the law before this round (context_check)
-        if terms.compiled:
-            from inference.cores import _kernels
-
-            if isinstance(X, OneHotContexts):  # the held estimates here
-                self._sum.hold(*changes)
-                _kernels.one_hot_write(
-                    X.rows, X.cols, action, weight, self.c, res, g, debias, self._sigma_sum,
-                    self._S2_sum, self._sum.acc, self._pulls, self.d2,
-                )  # fmt: skip
-            else:  # (the queue of held estimates is exact for any change: no support needed)
-                bi, ki, U_new, V_new = changes[:4]
-                if bi.size > 1 and (np.diff(bi) < 0).any():  # the kernel walks them by trial
-                    order = np.argsort(bi, kind="stable")
-                    bi, ki, U_new, V_new = bi[order], ki[order], U_new[order], V_new[order]
-                held = self._sum
-                W = X if terms.whitened is None else terms.whitened  # the correction's context
-                queued = _kernels.absorb_round(
-                    bi, ki, U_new, V_new, held.held, held.last_U, held.last_V, held.ring_U,
-                    held.ring_V, held.ring_n, W.reshape(W.shape[0], -1), action, weight,
-                    1.0 if self.c is None else self.c, res, g, debias, self._sigma_sum,
-                    self._S2_sum, held.acc, self._pulls,
-                )  # fmt: skip
-                held.advance(queued)
+def _propose_unprojected(core, estimate, X, action, reward, weight) -> RoundTerms:
+    """:func:`propose_terms` with ``projection="none"``: ``G_t = T``, so the design term is
+    ``<T, W_t>`` with ``W_t = c·X_t`` or ``Σ⁻¹ vec X_t`` (docs/method.md §12)."""
+    s = core.state
+    changes, Ua, Va, products, _ = estimate
+    trials = np.arange(s.B)
+    whitened, scale = None, None
+    if core.c is None:
+        _require_law_contexts(s.whitener)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if isinstance(X, OneHotContexts):
+            # <M̂, e_j e_kᵀ> = U_a[j]·V_a[k]; <T, e_j e_kᵀ> = T[j, k]
+            pred = np.einsum("br,br->b", Ua[trials, X.rows], Va[trials, X.cols])
+            g = s.T[:, X.rows, X.cols].T
+            if core.c is None and isinstance(s.whitener, EntryLaw):
+                scale = s.whitener.entry_scale(X.rows, X.cols)
+            elif core.c is None:
+                whitened = s.whitener.whiten(X.dense())
+                g, scale = np.einsum("bij,kij->bk", whitened, s.T), np.ones(s.B)
         else:
-            trials = np.arange(self._B)
-            # Σ_t M̂_{i,t−1}: the arms whose estimate moved queue the one they held.
-            self._sum.hold(*changes)
-            c = self.c if terms.scale is None else terms.scale
-            cw = c * weight  # c·1{a_t=i}/π_t(i), at i = a_t
-            self._sigma_sum[trials, action] += weight * res * res  # σ̂², eq. (13)
-            self._S2_sum[trials, action] += (cw * cw)[:, None] * g * g  # Ŝ², eq. (14)
-            if debias:  # M̃ = M̂ + c·1{a_t=i}/π_t(i)·res_t·X_t  (Σ⁻¹ vec X_t: whitened)
-                Xc = X if terms.whitened is None else terms.whitened
-                self._sum.add_correction(action, Xc, cw * res)
-            self._pulls[trials, action] += weight > 0
-        if terms.factors is not None:
-            self._weights.add(terms.factors)
-        c = self.c if terms.scale is None else terms.scale
-        c = 1.0 if c is None else c
-        self._add_design(action, weight, g, c)
-        if self.c is None:  # the robust variance's terms (c·w·res·<G_t, W_t>)²
-            term = (c * weight * res)[:, None] * g
-            self._V_sum[np.arange(self._B), action] += term * term
-        if self._whitener.estimated:
-            self._whitener.observe(X)
-        self._n += 1
-        self._cache.clear()
+            XV = np.matmul(X, Va) if products is None else products[0]
+            pred = np.einsum("bir,bir->b", Ua, XV)  # <M̂, X_t> = tr(Uᵀ X V)
+            if core.c is None:
+                whitened = s.whitener.whiten(X)
+                scale = np.ones(s.B)
+            g = np.einsum("bij,kij->bk", X if whitened is None else whitened, s.T)
+        res = reward - pred
+        bad = _refused(s, action, weight, res, g, core.c if scale is None else scale)
+    if bad >= 0:
+        _refuse(core, bad, action, reward, weight, res, g)
+    return RoundTerms(
+        changes, X, action, weight, res, g, False, core.position, None, whitened, scale
+    )
+
+
+def _refused(s, action, weight, res, g, c) -> int:
+    """The first trial whose round the sums of ``s`` cannot absorb (numpy), or -1."""
+    trials = np.arange(s.B)
+    cw = c * weight
+    ok = np.isfinite(s.sigma_sum[trials, action] + weight * res * res)
+    ok &= np.isfinite(s.S2_sum[trials, action] + (cw * cw)[:, None] * g * g).all(axis=1)
+    ok &= np.abs(cw * res) <= MAX_MAGNITUDE
+    return -1 if ok.all() else int(np.argmin(ok))
+
+
+def _refuse(core, b, action, reward, weight, res, g) -> None:
+    where = f" (trial {b})" if core.batched else ""
+    with np.errstate(over="ignore", invalid="ignore"):
+        top = float(np.max(np.abs(g[b]))) if g.shape[1] else 0.0
+    raise ValueError(
+        f"the round cannot be absorbed{where}: reward {float(reward[b])!r} against the "
+        f"estimate's prediction gives the residual {float(res[b]):.3g} (weight 1/pi = "
+        f"{float(weight[b]):.3g}, largest |<G_t, X_t>| = {top:.3g}), whose square in the "
+        f"running sums of sigma^2 and S^2, or whose correction c*w*res (at most "
+        f"MAX_MAGNITUDE = {MAX_MAGNITUDE:g}), overflows float64; nothing was changed: "
+        "rescale the rewards, contexts and estimates to order 1"
+    )
+
+
+def commit(core, terms: RoundTerms) -> None:
+    """Write a round computed and checked by the first phase (nothing here fails on
+    data).
+
+    Raises
+    ------
+    RuntimeError
+        If the state changed since the round was proposed.
+    """
+    if terms.position != core.position:
+        raise RuntimeError(
+            "the round was proposed before the last change to this object's state; propose it again"
+        )
+    s = core.state
+    changes, X, action, weight, res, g = terms[:6]
+    debias = core.debias
+    if core.check_contexts:
+        s.check.add(X)  # against the law before this round (context_check)
+    if terms.compiled:
+        from inference.cores import _kernels
+
+        if isinstance(X, OneHotContexts):  # the held estimates here
+            s.sum.hold(*changes)
+            _kernels.one_hot_write(
+                X.rows, X.cols, action, weight, core.c, res, g, debias, s.sigma_sum,
+                s.S2_sum, s.sum.acc, s.pulls, core.d2,
+            )  # fmt: skip
+        else:  # (the queue of held estimates is exact for any change: no support needed)
+            bi, ki, U_new, V_new = changes[:4]
+            if bi.size > 1 and (np.diff(bi) < 0).any():  # the kernel walks them by trial
+                order = np.argsort(bi, kind="stable")
+                bi, ki, U_new, V_new = bi[order], ki[order], U_new[order], V_new[order]
+            held = s.sum
+            W = X if terms.whitened is None else terms.whitened  # the correction's context
+            queued = _kernels.absorb_round(
+                bi, ki, U_new, V_new, held.held, held.last_U, held.last_V, held.ring_U,
+                held.ring_V, held.ring_n, W.reshape(W.shape[0], -1), action, weight,
+                1.0 if core.c is None else core.c, res, g, debias, s.sigma_sum,
+                s.S2_sum, held.acc, s.pulls,
+            )  # fmt: skip
+            held.advance(queued)
+    else:
+        trials = np.arange(s.B)
+        # Σ_t M̂_{i,t−1}: the arms whose estimate moved queue the one they held.
+        s.sum.hold(*changes)
+        c = core.c if terms.scale is None else terms.scale
+        cw = c * weight  # c·1{a_t=i}/π_t(i), at i = a_t
+        s.sigma_sum[trials, action] += weight * res * res  # σ̂², eq. (13)
+        s.S2_sum[trials, action] += (cw * cw)[:, None] * g * g  # Ŝ², eq. (14)
+        if debias:  # M̃ = M̂ + c·1{a_t=i}/π_t(i)·res_t·X_t  (Σ⁻¹ vec X_t: whitened)
+            Xc = X if terms.whitened is None else terms.whitened
+            s.sum.add_correction(action, Xc, cw * res)
+        s.pulls[trials, action] += weight > 0
+    if terms.factors is not None:
+        s.weights.add(terms.factors)
+    c = core.c if terms.scale is None else terms.scale
+    c = 1.0 if c is None else c
+    # The pulled arm's design terms (c·w·<G_t, X_t>)² into the design share.
+    B, K, nT = s.S2_sum.shape
+    design = np.zeros((B, K, nT))
+    cw = c * weight
+    design[np.arange(B), action] = (cw * cw)[:, None] * g * g
+    s.design.add(design.reshape(B, K * nT))
+    if core.c is None:  # the robust variance's terms (c·w·res·<G_t, W_t>)²
+        term = (c * weight * res)[:, None] * g
+        s.V_sum[np.arange(s.B), action] += term * term
+    if s.whitener.estimated:
+        s.whitener.observe(X)
+    n = core.n_obs + 1
+    core.n_obs = n
+    core.position = (n, core.position[1])
+    s.cache.clear()

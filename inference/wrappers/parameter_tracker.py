@@ -114,11 +114,16 @@ class ParameterTracker(Tracker):
 
     def running_info(self) -> dict[str, Any]:
         core = self._core
-        info: dict[str, Any] = {"n_obs": core.n_obs}
-        if core.n_obs:
+        n = core.n_obs
+        info: dict[str, Any] = {"n_obs": n}
+        if n:
             se = core.standard_errors()  # (…, K, n_T)
-            info["sigma2"] = core.sigma2
-            info["standard_error"] = {name: se[..., k] for k, name in enumerate(self.target_names)}
+            sigma2 = core.state.sigma_sum / n  # the core's sigma2, read once a round
+            info["sigma2"] = sigma2 if core.batched else sigma2[0]
+            by_target = {}
+            for k, name in enumerate(self.target_names):
+                by_target[name] = se[..., k]
+            info["standard_error"] = by_target
         return info
 
     # ------------------------------------------------------------------ read-out

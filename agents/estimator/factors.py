@@ -291,7 +291,7 @@ class FactorStore:
             as given, a dense matrix after one pass that finds its single 1; any other
             matrix stays dense).
         fingerprint : ndarray of shape (B,)
-            Its :meth:`fingerprint`, which is both the finiteness check and the key of the
+            Its :attr:`fingerprint`, which is both the finiteness check and the key of the
             round's products: pass it on to :meth:`predict_checked`, :meth:`pulled` and
             :meth:`step` (the ``fingerprint`` of its :class:`~lrbandit_gym.rounds.Round`).
 

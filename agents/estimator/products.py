@@ -3,9 +3,10 @@
 In one round the policy predicts every arm's reward (``X V_a`` for all arms), the value
 wrapper reads the same predictions, the inference wrappers snapshot the pulled arms'
 products (``X V_a``, ``Xᵀ U_a``) and the estimator takes its step with the same products.
-:class:`ProductCache` computes each of them once and hands it to all of them.  An entry is keyed by the context's *fingerprint* ``<X, W>`` (fixed weights
-``W`` in ``[1, 2)``, one GEMV), so a caller may copy or reshape the context between the
-calls while a context edited in place is recomputed; any change of the factors drops the
+:class:`ProductCache` computes each of them once and hands it to all of them.  An entry is
+keyed by the context's *fingerprint* ``<X, W>`` (fixed weights ``W`` in ``[1, 2)``, one
+GEMV), so a caller may copy or reshape the context between the calls while a context edited
+in place is recomputed; any change of the factors drops the
 entry (:meth:`ProductCache.invalidate`).
 
 Completion contexts in index form (:class:`~lrbandit_gym.onehot.OneHotContexts`) take the
@@ -240,7 +241,7 @@ class ProductCache:
         if isinstance(Xb, OneHotContexts):
             XV, XtU = one_hot_products(Xb, U, V)
         elif "XV" in entry:  # the all-arm product has run on this context
-            XV = entry["XV"][np.arange(len(a)), :, a, :]
+            XV = entry["XV"][self._trials, :, a, :]
             XtU = context_products(Xb, U, V, xv=False)[1]
         else:
             XV, XtU = context_products(Xb, U, V)

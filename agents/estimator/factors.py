@@ -162,6 +162,34 @@ class FactorStore:
         The context law.  With "completion", :meth:`check_context` returns one-hot contexts
         in index form.
 
+    Attributes
+    ----------
+    initialized : bool
+        Whether :meth:`initialize` (or :meth:`load_state_dict`) has set the factors.
+    arm_versions : ndarray of int64, shape (B, K)
+        Per (trial, arm) counter bumped whenever those factors change (``B = 1``
+        unbatched).  A caller that keeps copies of factors (the inference wrappers) tells
+        which arms moved by comparing versions instead of factors.  A read-only view that
+        follows the estimator: copy it to keep a snapshot.
+    step_support : ndarray of int64, shape (B, K, 2)
+        ``(j, k)`` of the one-hot context of the step that last changed each arm.  A step
+        on ``e_j e_kᵀ`` changes ``M_hat_a = U_a V_aᵀ`` only in row ``j`` and column ``k``
+        (docs/method.md §3), so a caller that keeps a running sum of the estimates (the
+        inference's ``Σ_t M_hat_{i,t-1}``) can follow it at O((d1 + d2) r) cost when an
+        arm's :attr:`arm_versions` moved by exactly one step.  ``(-1, -1)`` where the last
+        change was anything else (:meth:`initialize`, :meth:`load_state_dict`, a step on a
+        dense context).  A read-only view that follows the estimator.
+    fingerprint : callable
+        ``fingerprint(Xb)``: per-trial ``<X, W>`` of contexts ``Xb`` in the batched layout
+        (B, d1, d2) or :class:`~lrbandit_gym.onehot.OneHotContexts`, not validated, shape
+        (B,), with fixed weights ``W`` drawn once in ``[1, 2)`` (one GEMV;
+        :meth:`agents.estimator.products.ProductCache.fingerprint`).  It tells whether a
+        context is the one the round's products were computed for, so a round's
+        prediction, the inference wrappers' snapshot and the step share one ``X V`` and one
+        ``Xᵀ U`` however the caller copied or reshaped the array in between, while an array
+        edited in place is recomputed.  Since no weight is zero, a non-finite entry makes it
+        non-finite: it doubles as a finiteness check.
+
     Notes
     -----
     The sizes are assumed validated (the estimator does it).  Until the estimator sets the
@@ -193,7 +221,7 @@ class FactorStore:
         self._sv = np.zeros((B, K, self.rank))
         self._counts = np.zeros((B, K), dtype=np.int64)
         self._t = 0
-        self._initialized = False
+        self.initialized = False
         self._trials = np.arange(B)
         # Products of the current round's context with the factors, shared by predict(),
         # the inference wrappers and update().
@@ -206,6 +234,13 @@ class FactorStore:
         self._version = 0
         # (j, k) of the one-hot context of each arm's last step; -1 after any other change.
         self._support = np.full((B, K, 2), -1, dtype=np.int64)
+        # Read-only views of the two counters above (never replaced, written in place).
+        self.arm_versions = self._arm_version.view()
+        self.arm_versions.flags.writeable = False
+        self.step_support = self._support.view()
+        self.step_support.flags.writeable = False
+        # The cache's fingerprint, handed out as the store's own.
+        self.fingerprint = self._product_cache.fingerprint
 
     @property
     def _B(self) -> int:
@@ -215,11 +250,6 @@ class FactorStore:
     def batched(self) -> bool:
         """Whether the batched API (``n_trials`` given) is in use."""
         return self.n_trials is not None
-
-    @property
-    def initialized(self) -> bool:
-        """Whether :meth:`initialize` (or :meth:`load_state_dict`) has set the factors."""
-        return self._initialized
 
     @property
     def t(self) -> int:
@@ -261,7 +291,7 @@ class FactorStore:
             as given, a dense matrix after one pass that finds its single 1; any other
             matrix stays dense).
         fingerprint : ndarray of shape (B,)
-            Its :meth:`fingerprint`, which is both the finiteness check and the key of the
+            Its :attr:`fingerprint`, which is both the finiteness check and the key of the
             round's products: pass it on to :meth:`predict_checked`, :meth:`pulled` and
             :meth:`step` (the ``fingerprint`` of its :class:`~lrbandit_gym.rounds.Round`).
 
@@ -293,26 +323,6 @@ class FactorStore:
                 return ctx, fp  # the dense fingerprint of e_j e_kᵀ is W[j, k], as ctx's
         return Xb, fp
 
-    def fingerprint(self, Xb: np.ndarray) -> np.ndarray:
-        """Per-trial ``<X, W>`` with fixed weights ``W`` drawn once in ``[1, 2)`` (one GEMV).
-
-        It tells whether a context is the one the round's products were computed for, so
-        a round's prediction, the inference wrappers' snapshot and the step share one
-        ``X V`` and one ``Xᵀ U`` however the caller copied or reshaped the array in between,
-        while an array edited in place is recomputed.  Since no weight is zero, a non-finite
-        entry makes it non-finite: it doubles as a finiteness check.
-
-        Parameters
-        ----------
-        Xb : ndarray of shape (B, d1, d2), or OneHotContexts
-            Contexts in the batched layout (``B = 1`` unbatched); not validated.
-
-        Returns
-        -------
-        ndarray of shape (B,)
-        """
-        return self._product_cache.fingerprint(Xb)
-
     def predict_checked(self, Xb: np.ndarray, fingerprint: np.ndarray | None = None) -> np.ndarray:
         """:meth:`predict` on contexts :meth:`check_context` has checked, in the batched
         layout (what :meth:`predict` runs after its check).
@@ -330,16 +340,7 @@ class FactorStore:
             ``<M_hat_a, X>`` for every trial and arm (for one-hot contexts ``e_j e_kᵀ``,
             ``U_a[j] · V_a[k]``: O(K r)).
         """
-        if isinstance(Xb, OneHotContexts):
-            return self._product_cache.one_hot_predictions(Xb, self._U, self._V, fingerprint)
-        XV = self._product_cache.all_arm_products(Xb, self._V_cat, fingerprint)
-        if engine.compiled():
-            from agents.estimator import kernels
-
-            preds = np.empty((XV.shape[0], self.n_actions))
-            kernels.predictions(XV, self._U, preds)
-            return preds
-        return np.einsum("bikr,bkir->bk", XV, self._U)
+        return self._product_cache.predictions(Xb, self._U, self._V, self._V_cat, fingerprint)
 
     def pulled(
         self, Xb: np.ndarray, actions: np.ndarray, fingerprint: np.ndarray | None = None
@@ -378,7 +379,7 @@ class FactorStore:
     # ------------------------------------------------------------------ read-outs
     def require_init(self, what: str) -> None:
         """Refuse ``LowRankSGD.<what>`` before the factors are set (``RuntimeError``)."""
-        if not self._initialized:
+        if not self.initialized:
             raise RuntimeError(
                 f"LowRankSGD.{what} called before initialization: call initialize(M_init) "
                 "first (e.g. with agents.warm_start.nuclear_norm_fit) or use a warm start."
@@ -442,33 +443,6 @@ class FactorStore:
         self._version += 1
 
     # ------------------------------------------------------------------ per-arm versions
-    @property
-    def arm_versions(self) -> np.ndarray:
-        """Per (trial, arm) counter bumped whenever those factors change.
-
-        A caller that keeps copies of factors (the inference wrappers) tells which arms
-        moved by comparing versions instead of factors.  A read-only view of shape (B, K),
-        int64 (``B = 1`` unbatched) that follows the estimator: copy it to keep a snapshot.
-        """
-        view = self._arm_version.view()
-        view.flags.writeable = False
-        return view
-
-    @property
-    def step_support(self) -> np.ndarray:
-        """``(j, k)`` of the one-hot context of the step that last changed each arm.
-
-        A step on ``e_j e_kᵀ`` changes ``M_hat_a = U_a V_aᵀ`` only in row ``j`` and column
-        ``k`` (docs/method.md §3), so a caller that keeps a running sum of the estimates
-        (the inference's ``Σ_t M_hat_{i,t-1}``) can follow it at O((d1 + d2) r) cost when
-        an arm's :attr:`arm_versions` moved by exactly one step.  ``(-1, -1)`` where the
-        last change was anything else (:meth:`initialize`, :meth:`load_state_dict`, a step
-        on a dense context).  A read-only view of shape (B, K, 2), int64.
-        """
-        view = self._support.view()
-        view.flags.writeable = False
-        return view
-
     @property
     def batched_factors(self) -> tuple[np.ndarray, np.ndarray]:
         """Read-only views ``(U, V)`` of the balanced factors in the batched layout.
@@ -573,7 +547,7 @@ class FactorStore:
         self._sv = sv
         self._counts = counts
         self._t = t
-        self._initialized = initialized
+        self.initialized = initialized
         self._product_cache.invalidate()
         self._version += 1
         self._arm_version += 1

@@ -1,11 +1,12 @@
 """The products of a round's context with the estimator's factors, computed once a round.
 
-In one round the policy predicts every arm's reward (``X V_a`` for all arms), the inference
-wrappers snapshot the pulled arms' products (``X V_a``, ``Xᵀ U_a``) and the estimator takes
-its step with the same products.  :class:`ProductCache` computes each of them once and hands
-it to all three.  An entry is keyed by the context's *fingerprint* ``<X, W>`` (fixed weights
-``W`` in ``[1, 2)``, one GEMV), so a caller may copy or reshape the context between the
-calls while a context edited in place is recomputed; any change of the factors drops the
+In one round the policy predicts every arm's reward (``X V_a`` for all arms), the value
+wrapper reads the same predictions, the inference wrappers snapshot the pulled arms'
+products (``X V_a``, ``Xᵀ U_a``) and the estimator takes its step with the same products.
+:class:`ProductCache` computes each of them once and hands it to all of them.  An entry is
+keyed by the context's *fingerprint* ``<X, W>`` (fixed weights ``W`` in ``[1, 2)``, one
+GEMV), so a caller may copy or reshape the context between the calls while a context edited
+in place is recomputed; any change of the factors drops the
 entry (:meth:`ProductCache.invalidate`).
 
 Completion contexts in index form (:class:`~lrbandit_gym.onehot.OneHotContexts`) take the
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from lrbandit_gym import engine
 from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = [
@@ -145,7 +147,7 @@ class ProductCache:
         if fp is None:
             fp = self.fingerprint(Xb)
         entry = self._entry
-        if entry is None or not _same(entry["fp"], fp):
+        if entry is None or not (entry["fp"].shape == fp.shape and (entry["fp"] == fp).all()):
             entry = self._entry = {"fp": fp}
         return entry
 
@@ -160,22 +162,43 @@ class ProductCache:
             entry["XV"] = np.matmul(Xb, V_cat.reshape(B, d2, K * r)).reshape(B, -1, K, r)
         return entry["XV"]
 
-    def one_hot_predictions(
-        self, ctx: OneHotContexts, U_all: np.ndarray, V_all: np.ndarray, fp: np.ndarray | None
+    def predictions(
+        self,
+        Xb: np.ndarray | OneHotContexts,
+        U_all: np.ndarray,
+        V_all: np.ndarray,
+        V_cat: np.ndarray,
+        fp: np.ndarray | None = None,
     ) -> np.ndarray:
-        """``<U_a V_aᵀ, e_j e_kᵀ> = U_a[j] · V_a[k]`` for every arm, (B, K): O(K r), kept for
-        the round (the policy's prediction and the value wrapper's read the same)."""
-        entry = self._entry_for(ctx, fp)
-        if "preds" not in entry:
-            if self._unbatched:  # basic indexing: views
-                Uj, Vk = U_all[0, :, int(ctx.rows[0])], V_all[0, :, int(ctx.cols[0])]
-                entry["preds"] = (Uj * Vk).sum(axis=-1)[None]
+        """``<U_a V_aᵀ, X>`` for every arm, (B, K), kept for the round: the policy's
+        prediction and the value wrapper's read the same (a copy each).
+
+        Dense contexts read the all-arm product (:meth:`all_arm_products`) against ``U_all``
+        (B, K, d1, r) (the compiled kernel when numba runs); one-hot contexts ``e_j e_kᵀ``
+        (:class:`~lrbandit_gym.onehot.OneHotContexts`) take ``U_a[j] · V_a[k]``, O(K r).
+        ``V_cat`` is ``V_all`` side by side, (B, d2, K, r).
+        """
+        entry = self._entry_for(Xb, fp)
+        preds = entry.get("preds")
+        if preds is None:
+            if isinstance(Xb, OneHotContexts):
+                if self._unbatched:  # basic indexing: views
+                    Uj, Vk = U_all[0, :, int(Xb.rows[0])], V_all[0, :, int(Xb.cols[0])]
+                    preds = (Uj * Vk).sum(axis=-1)[None]
+                else:
+                    t = self._trials
+                    preds = np.einsum("bkr,bkr->bk", U_all[t, :, Xb.rows], V_all[t, :, Xb.cols])
             else:
-                t = self._trials
-                entry["preds"] = np.einsum(
-                    "bkr,bkr->bk", U_all[t, :, ctx.rows], V_all[t, :, ctx.cols]
-                )
-        return entry["preds"].copy()
+                XV = self.all_arm_products(Xb, V_cat, entry["fp"])
+                if engine.compiled():
+                    from agents.estimator import kernels
+
+                    preds = np.empty((XV.shape[0], U_all.shape[1]))
+                    kernels.predictions(XV, U_all, preds)
+                else:
+                    preds = np.einsum("bikr,bkir->bk", XV, U_all)
+            entry["preds"] = preds
+        return preds.copy()
 
     def pulled(
         self,
@@ -208,7 +231,7 @@ class ProductCache:
         """
         entry = self._entry_for(Xb, fp)
         pulled = entry.get("pulled")
-        if pulled is not None and _same(pulled[0], a):
+        if pulled is not None and pulled[0].shape == a.shape and (pulled[0] == a).all():
             return pulled[1:]
         if self._unbatched:
             a0 = int(a[0])
@@ -218,14 +241,9 @@ class ProductCache:
         if isinstance(Xb, OneHotContexts):
             XV, XtU = one_hot_products(Xb, U, V)
         elif "XV" in entry:  # the all-arm product has run on this context
-            XV = entry["XV"][np.arange(len(a)), :, a, :]
+            XV = entry["XV"][self._trials, :, a, :]
             XtU = context_products(Xb, U, V, xv=False)[1]
         else:
             XV, XtU = context_products(Xb, U, V)
         entry["pulled"] = (np.array(a, copy=True), U, V, XV, XtU)
         return U, V, XV, XtU
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    """``np.array_equal`` for two 1-d arrays, without its per-call overhead."""
-    return a.shape == b.shape and bool((a == b).all())

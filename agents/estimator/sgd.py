@@ -454,7 +454,7 @@ class LowRankSGD:
             changes.
         """
         B = self.n_trials
-        Xb, fp = self.check_context(X)
+        Xb, fp = self.store.check_context(X)
         a = check_actions(action, self.n_actions, B)
         y = check_rewards(reward, B)
         known = self.propensities == "known"
@@ -610,8 +610,8 @@ class LowRankSGD:
         ndarray of shape (K,) or (B, K)
         """
         self.store.require_init("predict")
-        Xb, fp = self.check_context(X)
-        return self._out(self.predict_checked(Xb, fp))
+        Xb, fp = self.store.check_context(X)
+        return self._out(self.store.predict_checked(Xb, fp))
 
     def commit_step(self, proposed: ProposedStep) -> np.ndarray:
         """Write a step computed by :meth:`propose_step` on the current state.
@@ -680,7 +680,7 @@ class LowRankSGD:
         return self.store.check_context(X)
 
     def fingerprint(self, Xb: np.ndarray) -> np.ndarray:
-        """Per-trial ``<X, W>`` of contexts: :meth:`FactorStore.fingerprint
+        """Per-trial ``<X, W>`` of contexts: :attr:`FactorStore.fingerprint
         <agents.estimator.factors.FactorStore.fingerprint>`."""
         return self.store.fingerprint(Xb)
 

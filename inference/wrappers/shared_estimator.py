@@ -4,8 +4,9 @@ an agent, or the wrapper's own warm-started estimator).
 
 Algorithm 2 needs, each round, the estimate *before* that round's step: the pulled arm's
 factors and their products with the context, and every arm whose factors moved since the
-core last saw them.  :class:`SharedEstimate` takes those from the estimator's public per-round
-API before the step (:meth:`SharedEstimate.snapshot`) and hands them to the core after it
+core last saw them.  :class:`SharedEstimate` takes those from the estimator's
+:attr:`~agents.LowRankSGD.store` (its per-round API) before the step
+(:meth:`SharedEstimate.snapshot`) and hands them to the core after it
 (:meth:`SharedEstimate.absorb`), copying only the arms that changed.  The inference wrappers
 and the benchmarks use it; nothing else needs to know how the parts are gathered.
 """
@@ -71,24 +72,24 @@ class SharedEstimate:
         """The parts of the current estimate the core needs for context ``Xb`` (B, d1, d2)
         (or :class:`~lrbandit_gym.onehot.OneHotContexts`) and pulled ``actions`` (B,), both
         validated; call it before the estimator's step."""
-        est = self.estimator
-        pulled = est.pulled(Xb, actions, fingerprint)
+        store = self.estimator.store
+        pulled = store.pulled(Xb, actions, fingerprint)
         U, V = pulled.U, pulled.V
-        if est.n_trials is None:  # views of the factors: copies, read after the step
+        if store.n_trials is None:  # views of the factors: copies, read after the step
             U, V = U.copy(), V.copy()
-        versions = est.arm_versions.copy()
+        versions = store.arm_versions.copy()
         seen = self._seen
         support = None
         if seen is not None and seen[0] == self.core.position:
             moved = versions - seen[1]
             trials, arms = np.nonzero(moved)
-            if est.context == "completion":  # one step on e_j e_kᵀ: row j, column k moved
+            if store.context == "completion":  # one step on e_j e_kᵀ: row j, column k moved
                 one_step = (moved[trials, arms] == 1)[:, None]
-                support = np.where(one_step, est.step_support[trials, arms], -1)
+                support = np.where(one_step, store.step_support[trials, arms], -1)
         else:
-            U_all, V_all = est.batched_factors
+            U_all, V_all = store.batched_factors
             trials, arms = np.nonzero(self.core.changed_arms(U_all, V_all))
-        U_moved, V_moved = est.arm_factors(trials, arms)
+        U_moved, V_moved = store.arm_factors(trials, arms)
         changes = (trials, arms, U_moved, V_moved)
         if support is not None:
             changes += (support,)

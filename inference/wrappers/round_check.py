@@ -177,12 +177,12 @@ class RoundCheck:
             isinstance(self.x, OneHotContexts) or is_index_like(self.x, self.n_trials)
         ):
             check_index(self.obs, self.d1, self.d2, self.n_trials, name="the context")
-            return (None if est is None else est.fingerprint(self.x)), self.x
+            return (None if est is None else est.store.fingerprint(self.x)), self.x
         x = self.x
         xb = x if self.n_trials is not None or isinstance(x, OneHotContexts) else x[None]
         fp = None
         if est is not None:
-            fp = est.fingerprint(xb)
+            fp = est.store.fingerprint(xb)
             # An entry beyond MAX_MAGNITUDE shows in the fingerprint (short of an exact
             # cancellation against the fixed weights); a NaN fails the comparison.
             if (

@@ -69,7 +69,8 @@ class Tracker:
     # ------------------------------------------------------------------ one round
     def ready(self) -> bool:
         """Whether the estimate is ready (its warm start over): rounds enter the core."""
-        return bool(self.estimator.initialized)
+        est = self.estimator
+        return bool(est.store.initialized if isinstance(est, LowRankSGD) else est.initialized)
 
     def snapshot(self, checked: CheckedRound, fingerprint) -> Any:
         """Before the inner step: what the core reads of the current estimate.
@@ -94,7 +95,7 @@ class Tracker:
     def predictions(self, xb, fingerprint) -> np.ndarray:
         """Every arm's prediction ``<M̂_a, X>``, shape (B, K), from the current estimate."""
         if isinstance(self.estimator, LowRankSGD):  # shares the agent's X V of this round
-            return self.estimator.predict_checked(xb, fingerprint)
+            return self.estimator.store.predict_checked(xb, fingerprint)
         x = xb.dense() if isinstance(xb, OneHotContexts) else xb
         return np.array(self.estimator.predict(x if self.n_trials is not None else x[0]), ndmin=2)
 

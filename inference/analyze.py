@@ -24,12 +24,15 @@ from typing import Any
 import numpy as np
 
 from inference.cores.checks import check_confidence_level
+from inference.cores.projection_choice import choose_projection, contexts_condition_number
 from inference.results import IntervalEstimate, format_table, interval_rows
 from inference.sequences import DEFAULT_TUNING_N
 from inference.wrappers.build import build_stack, stack_layers
+from lrbandit_gym.context_law import as_context_law, law_from_arrays
 from lrbandit_gym.decision import Decision
 from lrbandit_gym.input_checks import MIN_PROPENSITY
 from lrbandit_gym.logs import LogFormatError, LogReplayEnv, load_log, validate_log
+from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = ["AnalysisResult", "analyze", "spread_pmf"]
 
@@ -144,7 +147,7 @@ def analyze(
     confidence_level: float = 0.95,
     kind: str = "fixed",
     tuning_n: int = DEFAULT_TUNING_N,
-    projection: str = "tangent",
+    projection: str = "auto",
     point_estimate: str = "one-step",
     correction: str = "auto",
     context_law: Any = None,
@@ -179,7 +182,10 @@ def analyze(
     kind : {"fixed", "sequence"}, default "fixed"
         Fixed-n intervals, or anytime-valid confidence sequences tuned at ``tuning_n``.
     projection, point_estimate
-        As for :class:`~inference.ParameterInference`.
+        As for :class:`~inference.ParameterInference`; ``projection="auto"`` (default) with
+        an estimated law reads the condition number of the log's own contexts (all of them,
+        known before the replay) to choose between the debiased mean and the tangent-space
+        read-out (docs/method.md §12).
     correction : {"auto", "regret", "none"}, default "auto"
         As for :class:`~inference.ValueInference`.
     context_law : str or ContextLaw, optional
@@ -238,6 +244,8 @@ def analyze(
             row,
         )
     pmf = checked["pmf"] if has_pmf else spread_pmf(checked["action"], checked["propensity"], K)
+    if projection == "auto":  # an estimated law is judged by the log's contexts, all known
+        projection = _log_projection(checked, context_law, point_estimate)
 
     top = build_stack(
         LogReplayEnv(checked),
@@ -280,3 +288,22 @@ def analyze(
         tuning_n=int(tuning_n),
         wrappers=wrappers,
     )
+
+
+def _log_projection(log: Mapping[str, Any], context_law: Any, point_estimate: str) -> str:
+    """``projection="auto"`` for a log: by the law's condition number, an estimated law's
+    read from the log's contexts (:mod:`inference.cores.projection_choice`)."""
+    d1, d2 = int(log["d1"]), int(log["d2"])
+    if context_law is None:
+        law = law_from_arrays(str(log["context_law"]), log, d1, d2)
+    else:
+        law = as_context_law(context_law, d1, d2)
+    if not law.estimated:
+        return choose_projection("auto", law, point_estimate)
+    if "context_index" in log:
+        index = np.asarray(log["context_index"])
+        contexts = OneHotContexts(index[:, 0], index[:, 1], d1, d2)
+    else:
+        contexts = log["context"]
+    condition = contexts_condition_number(contexts, law.structure)
+    return choose_projection("auto", law, point_estimate, condition)

@@ -332,10 +332,12 @@ def test_analyze_warns_on_the_declared_law_and_covers_with_the_estimated_one():
     assert ci.low <= np.trace(M[0]) <= ci.high
 
 
-def _run_core(law, X, U, V, seed=14):
+def _run_core(law, X, U, V, seed=14, projection="auto"):
     rng = np.random.default_rng(seed)
     T = {"e": np.eye(X.shape[-2], X.shape[-1]), "one": np.ones(X.shape[-2:])}
-    inf = LinearFormInference(X.shape[-2], X.shape[-1], 1, 2, T, context_law=law)
+    inf = LinearFormInference(
+        X.shape[-2], X.shape[-1], 1, 2, T, context_law=law, projection=projection
+    )
     inf.observe_context(X[:1])
     for t, x in enumerate(X):
         inf.update(U, V, x, t % 2, float(rng.normal()), np.array([0.5, 0.5]))
@@ -411,9 +413,15 @@ def test_an_ill_conditioned_law_warns_and_a_correlated_one_does_not():
     U, V = 0.1 * rng.standard_normal((2, D1, 1)), 0.1 * rng.standard_normal((2, D2, 1))
     flat = SecondMomentLaw.of_contexts(X)
     assert flat.condition_number() > CONDITION_LIMIT
-    inf = _run_core(flat, X, U, V)
-    with pytest.warns(ContextLawWarning, match="barely vary"):
+    inf = _run_core(flat, X, U, V, projection="tangent")
+    with pytest.warns(ContextLawWarning, match="barely vary.*projection='none'"):
         inf.interval(0, "one")
+    # "auto" (the default) takes the debiased mean there, and "one" is identified: quiet
+    auto = _run_core(flat, X, U, V)
+    assert auto.projection == "none"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ContextLawWarning)
+        auto.interval(0, "one")
     estimated = _run_core("estimated", X, U, V)
     with pytest.warns(ContextLawWarning, match="barely vary"):
         estimated.interval(0, "one")

@@ -78,3 +78,28 @@ def test_the_contexts_condition_number_is_the_laws():
     assert contexts_condition_number(OneHotContexts(rows, cols, 3, 4), "full") == (
         counts.max() / counts[counts > 0].min()
     )
+
+
+def test_the_wrappers_and_analyze_choose_by_the_contexts():
+    import gymnasium as gym
+
+    import lrbandit_gym  # noqa: F401
+    from inference import ParameterInference, analyze
+    from lrbandit_gym.digits import digits_bandit
+    from lrbandit_gym.logs import make_log
+
+    T = {"centre": np.zeros((8, 8))}
+    T["centre"][4, 4] = 1.0
+    images = ParameterInference(digits_bandit(), T, rank=2)
+    assert images.core.projection == "none"  # the images' exact law: ill-conditioned
+    paper = ParameterInference(gym.make("MatrixContextBandit-v0", d1=8, d2=8, rank=2), T, rank=2)
+    assert paper.core.projection == "tangent"
+    # a log's estimated law is judged by all its contexts before the replay
+    rng = np.random.default_rng(2)
+    n = 900
+    for X, expected in ((_digits()[:n], "none"), (rng.standard_normal((n, 8, 8)), "tangent")):
+        actions = rng.integers(0, 2, n)
+        rewards = X[:, 4, 4] * (actions == 1) + 0.1 * rng.standard_normal(n)
+        log = make_log(X, actions, rewards, pmf=np.full((n, 2), 0.5))
+        result = analyze(log, T, rank=1, warm_start=300, value=False)
+        assert result.wrappers["parameters"].core.projection == expected

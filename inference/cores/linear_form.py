@@ -42,6 +42,7 @@ from inference.cores import linear_form_readout, linear_form_round, linear_form_
 from inference.cores.checks import check_batch_vector, check_factors, check_n_trials, check_targets
 from inference.cores.linear_form_round import PulledEstimate, RoundTerms, check_estimate_scale
 from inference.cores.linear_form_state import LinearFormState
+from inference.cores.projection_choice import PROJECTIONS, choose_projection
 from lrbandit_gym.context_law import IsotropicLaw, as_context_law
 from lrbandit_gym.input_checks import (
     check_actions,
@@ -54,7 +55,6 @@ from lrbandit_gym.rounds import Round
 __all__ = ["LinearFormCore", "LinearFormInference", "debiased_sums_reference"]
 
 _CONTEXTS = ("gaussian", "completion")
-_PROJECTIONS = ("tangent", "paper", "none")
 _POINT_ESTIMATES = ("one-step", "projection")
 
 
@@ -118,7 +118,7 @@ class LinearFormCore:
         targets: Mapping[str, Any] | Iterable[tuple[str, Any]],
         *,
         context: str = "gaussian",
-        projection: str = "tangent",
+        projection: str = "auto",
         point_estimate: str = "one-step",
         n_trials: int | None = None,
         context_law: Any = None,
@@ -131,9 +131,9 @@ class LinearFormCore:
             raise ValueError(f"rank must be <= min(d1, d2) = {min(self.d1, self.d2)}, got {rank!r}")
         self.n_actions = check_positive_int(n_actions, "n_actions", minimum=2)
         self.context = check_choice(context, "context", _CONTEXTS)
-        self.projection = check_choice(projection, "projection", _PROJECTIONS)
+        projection = check_choice(projection, "projection", PROJECTIONS)
         self.point_estimate = check_choice(point_estimate, "point_estimate", _POINT_ESTIMATES)
-        if self.projection == "none" and self.point_estimate == "projection":
+        if projection == "none" and self.point_estimate == "projection":
             raise ValueError(
                 "point_estimate='projection' reads the rank-r truncation of M^unbs, which "
                 "projection='none' does not use: pass point_estimate='one-step' (with "
@@ -164,6 +164,9 @@ class LinearFormCore:
             )
         #: The law of the contexts the debiasing divides by (docs/method.md §1).
         self.context_law = law
+        #: The read-out: "tangent", "paper" or "none" ("auto" resolved by the law,
+        #: :func:`~inference.cores.projection_choice.choose_projection`).
+        self.projection = choose_projection(projection, law, self.point_estimate)
         #: ``c`` of ``Σ = I/c`` (1 or ``d1·d2``), or None for a law whose correction whitens.
         self.c = law.isotropic_scale
         #: Whether the standard error is the heteroscedasticity-robust one (a law other than
@@ -296,7 +299,7 @@ class LinearFormInference(LinearFormCore):
         Check every round's context against the law (:mod:`inference.cores.context_check`) and
         warn (:class:`~inference.cores.context_check.ContextLawWarning`) at a read-out where they
         do not match.
-    projection : {"tangent", "paper", "none"}, default "tangent"
+    projection : {"auto", "tangent", "paper", "none"}, default "auto"
         ``G_t`` in ``S^2``: "paper" is ``P_U⊥ T P_V + P_U T P_V⊥`` (eq. (14));
         "tangent" is the full tangent-space projection ``T - P_U⊥ T P_V⊥``, which also keeps
         ``P_U T P_V`` (negligible only as ``d -> inf``).  "none" is ``G_t = T`` and the point
@@ -304,7 +307,10 @@ class LinearFormInference(LinearFormCore):
         ``M̂ − M``; valid for every target the contexts identify (``Σ⁺Σ vec T = vec T``,
         :meth:`unidentified_fractions`) however poor the estimate, with a wider interval
         (docs/method.md §12): the choice for contexts that barely vary along some
-        directions, such as images.
+        directions, such as images.  "auto" is "none" where the law's second moment has a
+        condition number above :data:`~lrbandit_gym.context_law.CONDITION_LIMIT` on its
+        range, else "tangent" (:mod:`inference.cores.projection_choice`; an estimated law,
+        unknown before its contexts, gives "tangent"); :attr:`projection` holds the choice.
     point_estimate : {"one-step", "projection"}, default "one-step"
         How ``m̂`` is read from ``M^unbs``: "one-step" is ``<M̂ + P_T̂(M^unbs − M̂), T>``
         around the arm's current estimate ``M̂`` (:meth:`one_step`), whose remainder is

@@ -41,7 +41,7 @@ def build_stack(
     estimator=None,
     propensity_fn=None,
     warm_start=None,
-    projection: str = "tangent",
+    projection: str = "auto",
     point_estimate: str = "one-step",
     context_law=None,
     check_contexts: bool = True,

@@ -53,7 +53,7 @@ class _ParameterInferenceBase(InferenceWrapperBase):
         *,
         estimator=None,
         propensity_fn=None,
-        projection: str = "tangent",
+        projection: str = "auto",
         point_estimate: str = "one-step",
         warm_start=None,
         context_law=None,
@@ -149,7 +149,7 @@ class ParameterInference(_ParameterInferenceBase, gym.Wrapper, RecordConstructor
         An agent's estimator to share (then the agent must update it after each step).
     propensity_fn : callable, optional
         ``propensity_fn(obs) -> pmf`` for loops that pass bare actions.
-    projection : {"tangent", "paper", "none"}, default "tangent"
+    projection : {"auto", "tangent", "paper", "none"}, default "auto"
         ``G_t`` in ``Ŝ²`` (docs/method.md §4); see :class:`inference.LinearFormInference`.
     point_estimate : {"one-step", "projection"}, default "one-step"
         How ``<M_a, T>`` is estimated from the debiased average: the one-step estimate

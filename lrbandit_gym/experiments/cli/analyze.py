@@ -230,11 +230,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--projection",
-        choices=["tangent", "paper", "none"],
-        default="tangent",
-        help="the parameter intervals' projection: tangent (default), the paper's, or none: "
-        "the debiased mean without the low-rank step, valid for every target the contexts "
-        "vary along (images); docs/method.md §12",
+        choices=["auto", "tangent", "paper", "none"],
+        default="auto",
+        help="the parameter intervals' read-out: none is the debiased mean without the "
+        "low-rank step, valid for every target the contexts vary along (images); auto "
+        "(default) takes it where the contexts' second moment is ill-conditioned, else "
+        "tangent; docs/method.md §12",
     )
     p.add_argument(
         "--kind",

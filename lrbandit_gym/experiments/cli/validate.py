@@ -172,10 +172,10 @@ def _add_inference_arguments(inf) -> None:
     )
     inf.add_argument(
         "--projection",
-        choices=["tangent", "paper", "none"],
-        help="the parameter intervals' projection (default tangent; none: the debiased mean "
-        "without the low-rank step, for contexts that barely vary along some directions, "
-        "docs/method.md §12)",
+        choices=["auto", "tangent", "paper", "none"],
+        help="the parameter intervals' read-out (default auto: none, the debiased mean "
+        "without the low-rank step, where the contexts barely vary along some directions, "
+        "else tangent; docs/method.md §12)",
     )
     inf.add_argument(
         "--tuning-n",

@@ -134,10 +134,11 @@ def check_setting(setting: ValidationSetting) -> dict[str, np.ndarray]:
         )
     if setting.tuning_n is not None and setting.uniform_from is None:
         raise SettingError("tuning_n", "tuning_n needs uniform_from (the first round checked)")
-    if setting.projection is not None and setting.projection not in ("tangent", "paper", "none"):
+    from inference.cores.projection_choice import PROJECTIONS
+
+    if setting.projection is not None and setting.projection not in PROJECTIONS:
         raise SettingError(
-            "projection",
-            f"projection must be 'tangent', 'paper' or 'none'; got {setting.projection!r}",
+            "projection", f"projection must be one of {PROJECTIONS}; got {setting.projection!r}"
         )
     if not isinstance(setting.value, bool):
         raise SettingError("value", f"value must be true or false; got {setting.value!r}")
@@ -554,8 +555,8 @@ def validate(
         Ray (the ``ray`` extra); the numbers are the same.
     context_law : str, optional
         The parameter intervals' law (default the env's; docs/method.md §1).
-    projection : {"tangent", "paper", "none"}, optional
-        The parameter intervals' projection (default "tangent"; docs/method.md §12).
+    projection : {"auto", "tangent", "paper", "none"}, optional
+        The parameter intervals' read-out (default the wrappers', "auto"; docs/method.md §12).
 
     Returns
     -------

@@ -125,8 +125,8 @@ class ValidationSetting:
         The law the parameter intervals divide by (default: the environment's;
         ``"estimated"``: estimated from the contexts; docs/method.md §1).
     projection : str, optional
-        The parameter intervals' projection (default the wrappers', ``"tangent"``;
-        ``"none"``: the debiased mean without the low-rank step, docs/method.md §12).
+        The parameter intervals' read-out (default the wrappers', ``"auto"``; ``"none"``:
+        the debiased mean without the low-rank step, docs/method.md §12).
     description : str
         A line saying what the setting is for (the grid's).
     """

@@ -149,7 +149,8 @@ GRID: dict[str, ValidationSetting] = {
         n=(1000, 3000),
         description="scikit-learn's handwritten digits (8 x 8, standardised with one global "
         "mean and s.d.) as contexts, a synthetic rank-2 truth, ε-greedy with every default "
-        "(the data set's exact second moment)",
+        "(the data set's exact second moment, on which the default read-out is the debiased "
+        "mean: the centre pixel is identified, the smooth bump warns)",
     ),
     "completion-60": ValidationSetting(
         env={"d1": 60, "d2": 60, "rank": 2, "context": "completion", "observation": "index"},

@@ -222,11 +222,13 @@ def warn_insufficient(message: str, stacklevel: int = 3) -> None:
     warnings.warn(message, InsufficientDataWarning, stacklevel=stacklevel)
 
 
-def trials_phrase(mask: np.ndarray, batched: bool) -> str:
-    """``' in 3 of 300 trials'`` for a batched mask, ``''`` otherwise."""
+def trials_phrase(mask: np.ndarray, batched: bool, largest: int | None = None) -> str:
+    """``' in 3 of 300 trials'`` for a batched mask, ``''`` otherwise; with ``largest``,
+    ``' in 3 of 300 trials (largest: trial 7)'``."""
     if not batched:
         return ""
-    return f" in {int(np.count_nonzero(mask))} of {mask.size} trials"
+    where = f" in {int(np.count_nonzero(mask))} of {mask.size} trials"
+    return where if largest is None else f"{where} (largest: trial {largest})"
 
 
 def interval_rows(ci: IntervalEstimate) -> list[dict[str, float]]:

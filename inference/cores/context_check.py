@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from inference.results import trials_phrase
 from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = [
@@ -153,7 +154,7 @@ class ContextCheck:
         dev, t = self.statistics()
         score = np.where(bad[:, None], np.abs(t), -1.0)
         b, j = np.unravel_index(int(np.argmax(np.nan_to_num(score, nan=-1.0))), score.shape)
-        where = f" in {int(bad.sum())} of {bad.size} trials (largest: trial {b})" if batched else ""
+        where = trials_phrase(bad, batched, b)
         ratio = 1.0 + dev[b, j]
         warnings.warn(
             ContextLawWarning(

@@ -181,9 +181,7 @@ def _warn_unidentified(core, what: str, k: int) -> None:
     if not bad.any():
         return
     i = int(np.argmax(frac))
-    where = (
-        f" in {int(bad.sum())} of {bad.size} trials (largest: trial {i})" if core.batched else ""
-    )
+    where = trials_phrase(bad, core.batched, i)
     warnings.warn(
         ContextLawWarning(
             f"{what}: {frac[i]:.1%} of the target (in norm) lies along directions the "
@@ -202,9 +200,7 @@ def _warn_ill_conditioned(core, what: str) -> None:
     if not bad.any():
         return
     i = int(np.argmax(kappa))
-    where = (
-        f" in {int(bad.sum())} of {bad.size} trials (largest: trial {i})" if core.batched else ""
-    )
+    where = trials_phrase(bad, core.batched, i)
     warnings.warn(
         ContextLawWarning(
             f"{what}: the contexts barely vary along some directions: the second moment "

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from inference.results import SmallPropensityWarning
+from inference.results import SmallPropensityWarning, trials_phrase
 
 __all__ = ["DESIGN_SHARE_LIMIT", "SHARE_LIMIT", "WeightShare", "warn_heavy_rounds"]
 
@@ -165,7 +165,7 @@ def warn_heavy_rounds(
     if not heavy.any():
         return
     i = int(np.argmax(np.where(np.isnan(share), -np.inf, share)))
-    where = f" in {int(heavy.sum())} of {heavy.size} trials (largest: trial {i})" if batched else ""
+    where = trials_phrase(heavy, batched, i)
     warnings.warn(
         SmallPropensityWarning(
             f"{what} may under-cover: one of its {n} rounds holds {share[i]:.0%} of the "

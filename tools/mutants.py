@@ -331,6 +331,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if False:  # σ̂²·S2 is then the robust variance (docs/method.md §11)",
         ("tests/test_context_law.py",),
     ),
+    Mutant(
+        "unprojected_design_unwhitened",
+        "projection='none' reads the design term <T, X_t> instead of <T, Σ⁻¹ vec X_t>",
+        "inference/cores/linear_form_round.py",
+        'g = np.einsum("bij,kij->bk", X if whitened is None else whitened, s.T)',
+        'g = np.einsum("bij,kij->bk", X, s.T)',
+        ("tests/test_unprojected.py",),
+    ),
+    Mutant(
+        "range_part_everything",
+        "a given second moment counts every direction as taken: no target is unidentified",
+        "lrbandit_gym/context_law.py",
+        "return (flat @ self.second_moment @ self._inv).reshape(A.shape)",
+        "return A",
+        ("tests/test_unprojected.py",),
+    ),
 )
 
 _IGNORE = shutil.ignore_patterns(

@@ -28,7 +28,7 @@ from inference.cores.projection_choice import choose_projection, contexts_condit
 from inference.results import IntervalEstimate, format_table, interval_rows
 from inference.sequences import DEFAULT_TUNING_N
 from inference.wrappers.build import build_stack, stack_layers
-from lrbandit_gym.context_law import as_context_law, law_from_arrays
+from lrbandit_gym.context_law import as_context_law
 from lrbandit_gym.decision import Decision
 from lrbandit_gym.input_checks import MIN_PROPENSITY
 from lrbandit_gym.logs import LogFormatError, LogReplayEnv, load_log, validate_log
@@ -244,11 +244,14 @@ def analyze(
             row,
         )
     pmf = checked["pmf"] if has_pmf else spread_pmf(checked["action"], checked["propensity"], K)
-    if projection == "auto":  # an estimated law is judged by the log's contexts, all known
-        projection = _log_projection(checked, context_law, point_estimate)
+    replay = LogReplayEnv(checked)
+    law = replay.context_law if context_law is None else as_context_law(context_law, d1, d2)
+    if projection == "auto" and law.estimated:  # judged by the log's contexts, all known
+        condition = contexts_condition_number(_log_contexts(checked), law.structure)
+        projection = choose_projection("auto", law, point_estimate, condition)
 
     top = build_stack(
-        LogReplayEnv(checked),
+        replay,
         targets,
         value=value,
         policies=policies,
@@ -290,20 +293,9 @@ def analyze(
     )
 
 
-def _log_projection(log: Mapping[str, Any], context_law: Any, point_estimate: str) -> str:
-    """``projection="auto"`` for a log: by the law's condition number, an estimated law's
-    read from the log's contexts (:mod:`inference.cores.projection_choice`)."""
-    d1, d2 = int(log["d1"]), int(log["d2"])
-    if context_law is None:
-        law = law_from_arrays(str(log["context_law"]), log, d1, d2)
-    else:
-        law = as_context_law(context_law, d1, d2)
-    if not law.estimated:
-        return choose_projection("auto", law, point_estimate)
-    if "context_index" in log:
-        index = np.asarray(log["context_index"])
-        contexts = OneHotContexts(index[:, 0], index[:, 1], d1, d2)
-    else:
-        contexts = log["context"]
-    condition = contexts_condition_number(contexts, law.structure)
-    return choose_projection("auto", law, point_estimate, condition)
+def _log_contexts(log: Mapping[str, Any]) -> np.ndarray | OneHotContexts:
+    """A log's contexts: the matrices, or the revealed entries of an index log."""
+    if "context_index" not in log:
+        return log["context"]
+    index = np.asarray(log["context_index"])
+    return OneHotContexts(index[:, 0], index[:, 1], int(log["d1"]), int(log["d2"]))

@@ -342,12 +342,13 @@ def _propose_unprojected(core, estimate, X, action, reward, weight) -> RoundTerm
         if isinstance(X, OneHotContexts):
             # <M̂, e_j e_kᵀ> = U_a[j]·V_a[k]; <T, e_j e_kᵀ> = T[j, k]
             pred = np.einsum("br,br->b", Ua[trials, X.rows], Va[trials, X.cols])
-            g = s.T[:, X.rows, X.cols].T
-            if core.c is None and isinstance(s.whitener, EntryLaw):
-                scale = s.whitener.entry_scale(X.rows, X.cols)
-            elif core.c is None:
+            if core.c is None and not isinstance(s.whitener, EntryLaw):
                 whitened = s.whitener.whiten(X.dense())
                 g, scale = np.einsum("bij,kij->bk", whitened, s.T), np.ones(s.B)
+            else:  # Σ⁻¹ e_j e_kᵀ = e_j e_kᵀ·scale: the scale carries the law
+                g = s.T[:, X.rows, X.cols].T
+                if core.c is None:
+                    scale = s.whitener.entry_scale(X.rows, X.cols)
         else:
             XV = np.matmul(X, Va) if products is None else products[0]
             pred = np.einsum("bir,bir->b", Ua, XV)  # <M̂, X_t> = tr(Uᵀ X V)

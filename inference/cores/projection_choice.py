@@ -19,7 +19,7 @@ import numpy as np
 from lrbandit_gym.context_law import (
     CONDITION_LIMIT,
     ContextLaw,
-    EstimatedLaw,
+    SecondMomentLaw,
     condition_number,
 )
 from lrbandit_gym.onehot import OneHotContexts
@@ -63,7 +63,7 @@ def choose_projection(
     if point_estimate == "projection":
         return "tangent"
     if condition is None:
-        if isinstance(law, EstimatedLaw) or law.estimated:
+        if law.estimated:
             return "tangent"
         condition = law.condition_number()
     return "none" if condition > CONDITION_LIMIT else "tangent"
@@ -87,13 +87,10 @@ def contexts_condition_number(contexts: Any, structure: str) -> float:
         )
         seen = counts[counts > 0]
         return float(seen.max() / seen.min())
-    X = np.asarray(contexts, dtype=float)
-    n = X.shape[0]
     if structure == "full":
-        flat = X.reshape(n, -1)
-        return float(condition_number(flat.T @ flat / n))
-    mu = X.mean(axis=0)
-    centred = X - mu
-    rows = np.einsum("nij,nkj->ik", centred, centred) / n
-    cols = np.einsum("nij,nik->jk", centred, centred) / n
+        return SecondMomentLaw.of_contexts(contexts).condition_number()
+    X = np.asarray(contexts, dtype=float)
+    centred = X - X.mean(axis=0)
+    rows = np.einsum("nij,nkj->ik", centred, centred) / X.shape[0]
+    cols = np.einsum("nij,nik->jk", centred, centred) / X.shape[0]
     return float(condition_number(rows) * condition_number(cols))

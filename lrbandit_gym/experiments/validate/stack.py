@@ -61,9 +61,9 @@ class InferenceStack:
         own = {} if shared else {"rank": rank, "warm_start": warm_start_rounds(setting, venv)}
         own.update({} if shared else sgd_kwargs(setting))
         est = {"estimator": agent.estimator} if shared else {}
-        law = {} if setting.context_law is None else {"context_law": setting.context_law}
-        if setting.projection is not None:
-            law["projection"] = setting.projection
+        # The parameter read-outs' options the setting gives (else the wrappers' defaults).
+        given = {"context_law": setting.context_law, "projection": setting.projection}
+        options = {key: value for key, value in given.items() if value is not None}
         # Two fixed targets whose values are exact for any context law: always arm 0 (far
         # from the logging policy wherever arm 0 is not greedy) and uniform.  Only with V*
         # and under a policy with an exploration floor: elsewhere (softmax) an arm's
@@ -76,7 +76,7 @@ class InferenceStack:
             policies=target_policies(k, venv.num_envs) if exploring else None,
             **est,
             **own,
-            **law,
+            **options,
         )
         layers = stack_layers(env)
         self.parameters = layers.get("parameters")

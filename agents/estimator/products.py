@@ -178,7 +178,13 @@ class ProductCache:
         (:class:`~lrbandit_gym.onehot.OneHotContexts`) take ``U_a[j] · V_a[k]``, O(K r).
         ``V_cat`` is ``V_all`` side by side, (B, d2, K, r).
         """
-        entry = self._entry_for(Xb, fp)
+        entry = self._entry  # this round's entry, its key compared here (the common case)
+        if (
+            fp is None
+            or entry is None
+            or not (entry["fp"].shape == fp.shape and (entry["fp"] == fp).all())
+        ):
+            entry = self._entry_for(Xb, fp)
         preds = entry.get("preds")
         if preds is None:
             if isinstance(Xb, OneHotContexts):
@@ -229,7 +235,13 @@ class ProductCache:
             ``X V_a`` (taken from :meth:`all_arm_products` when that ran on this context)
             and ``Xᵀ U_a``.
         """
-        entry = self._entry_for(Xb, fp)
+        entry = self._entry  # this round's entry, its key compared here (the common case)
+        if (
+            fp is None
+            or entry is None
+            or not (entry["fp"].shape == fp.shape and (entry["fp"] == fp).all())
+        ):
+            entry = self._entry_for(Xb, fp)
         pulled = entry.get("pulled")
         if pulled is not None and pulled[0].shape == a.shape and (pulled[0] == a).all():
             return pulled[1:]

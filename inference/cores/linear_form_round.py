@@ -454,12 +454,10 @@ def commit(core, terms: RoundTerms) -> None:
         s.weights.add(terms.factors)
     c = core.c if terms.scale is None else terms.scale
     c = 1.0 if c is None else c
-    # The pulled arm's design terms (c·w·<G_t, X_t>)² into the design share.
-    B, K, nT = s.S2_sum.shape
-    design = np.zeros((B, K, nT))
+    # The pulled arm's design terms (c·w·<G_t, X_t>)² into the design share (arm a's
+    # targets are its quantities a·n_T .. a·n_T + n_T − 1).
     cw = c * weight
-    design[np.arange(B), action] = (cw * cw)[:, None] * g * g
-    s.design.add(design.reshape(B, K * nT))
+    s.design.add_block(s.trials, action, (cw * cw)[:, None] * g * g)
     if core.c is None:  # the robust variance's terms (c·w·res·<G_t, W_t>)²
         term = (c * weight * res)[:, None] * g
         s.V_sum[np.arange(s.B), action] += term * term

@@ -193,12 +193,14 @@ class OptimalValueInference:
             prediction is not finite or above ``MAX_MAGNITUDE`` in magnitude (its square
             enters the sums).
         """
-        if len(predictions) == 1:  # one trial, the common case: no small-array work
-            row = predictions[0]
+        if len(predictions) == 1:  # one trial, the common case: Python floats
+            row = predictions[0].tolist()
+            top, total = max(row), sum(row)
             if (
-                row.max() <= MAX_MAGNITUDE
-                and row.min() >= -MAX_MAGNITUDE
-                and propensities[0, row.argmax()] >= MIN_PROPENSITY
+                top <= MAX_MAGNITUDE
+                and min(row) >= -MAX_MAGNITUDE
+                and total == total  # no NaN (which max and min may pass over)
+                and propensities[0, row.index(top)] >= MIN_PROPENSITY  # a_hat: argmax
             ):
                 return
         check_magnitude(predictions, "predictions", batched=self.batched)

@@ -33,6 +33,7 @@ and :mod:`inference.cores._kernels` (the same round compiled by numba).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -241,6 +242,14 @@ class LinearFormCore:
         n, s = self.n_obs, self.state
         if not n:
             se = s.S2_sum * np.nan
+        elif s.B == 1 and not self.robust:  # one trial: Python floats, the same operations
+            rows = []
+            for sigma, S2_row in zip(s.sigma_sum[0].tolist(), s.S2_sum[0].tolist(), strict=True):
+                row = []
+                for S2 in S2_row:
+                    row.append(math.sqrt(sigma / n * S2 / n / n))
+                rows.append(row)
+            return np.array([rows] if self.batched else rows)
         else:
             var = s.V_sum / n if self.robust else (s.sigma_sum / n)[..., None] * s.S2_sum / n
             se = np.sqrt(var / n)

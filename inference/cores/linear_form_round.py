@@ -219,8 +219,12 @@ def propose(core, round_: Round, estimate: PulledEstimate, weight=None) -> Round
     X, action, reward = round_.contexts, round_.actions, round_.rewards
     factors = None
     if weight is None:
-        with np.errstate(divide="ignore"):  # a zero propensity: an infinite factor
-            factors = 1.0 / round_.propensities
+        props = round_.propensities
+        if len(props) == 1 and min(props[0].tolist()) > 0:  # one trial, every arm possible
+            factors = 1.0 / props
+        else:
+            with np.errstate(divide="ignore"):  # a zero propensity: an infinite factor
+                factors = 1.0 / props
         weight = factors[s.trials, action] if core.ipw else np.ones(s.B)  # w_t = 1/π_t(a_t)
     if core.projection == "none":
         terms = _propose_unprojected(core, estimate, X, action, reward, weight)

@@ -241,15 +241,15 @@ class OptimalValueInference:
         """
         if self._B == 1:  # Python scalars: the same operations in the same order as below
             # (so the same numbers), without the per-call cost of small arrays
-            pred, p = predictions[0], propensities[0]
+            pred, p = predictions[0].tolist(), propensities[0].tolist()
             a, y = int(action[0]), float(reward[0])
-            a_hat = int(pred.argmax())
-            p_hat = float(p[a_hat])
-            q = float(pred[a_hat])
-            res = y - float(pred[a])
+            q = max(pred)  # finite (check_predictions)
+            a_hat = pred.index(q)  # argmax: the first of ties
+            p_hat = p[a_hat]
+            res = y - pred[a]
             num, pulls = self._sigma_num[0], self._pulls[0]
             if self.propensities == "known":
-                num[a] += res * res / float(p[a])
+                num[a] += res * res / p[a]
                 pulls[a] += 1
                 sigma2_t = float(num[a_hat]) / (self.n_obs + 1)
             else:

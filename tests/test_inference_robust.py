@@ -229,7 +229,8 @@ def test_a_failure_after_the_inner_step_changes_no_core_and_names_the_round(monk
     elif failure == "SGD step":
         error = FloatingPointError("diverged: reduce step_scale")
         monkeypatch.setattr(params.estimator, "propose_step", _raiser(error))
-    else:  # the value core fails once the parameter core has staged its round
+    else:  # a tracker that stages fails once the parameter core has staged its round
+        monkeypatch.setattr(value.tracker, "stages", True)
         monkeypatch.setattr(value.tracker, "stage", _raiser(FloatingPointError("core")))
     before = [_copy_state(w.state_dict()) for w in (params, value)]
     generator = value.unwrapped.np_random.bit_generator.state

@@ -431,6 +431,22 @@ def test_a_saved_state_keeps_its_keys():
     assert list(given) == keys[: -len(law.split())]
 
 
+@pytest.mark.parametrize("n_trials", [None, 1])
+def test_one_trials_standard_errors_are_the_array_expressions(n_trials):
+    """One trial's standard errors (the running values in the wrappers' info), computed with
+    Python floats, are those of the arrays' expression bit for bit."""
+    rng = np.random.default_rng(12)
+    K, d1, d2, r = 3, 6, 5, 2
+    inf = LinearFormInference(d1, d2, r, K, _targets(rng, d1, d2), n_trials=n_trials)
+    for U, V, X, a, y, p in make_history(rng, 30, K, d1, d2, r, B=n_trials):
+        inf.update(U, V, X, a, y, p)
+    n, s = inf.n_obs, inf.state
+    expected = np.sqrt((s.sigma_sum / n)[..., None] * s.S2_sum / n / n)
+    got = inf.standard_errors()
+    assert got.shape == (expected.shape if n_trials else expected.shape[1:])
+    np.testing.assert_array_equal(got, expected if n_trials else expected[0])
+
+
 def test_interval_is_sigma_times_S_over_root_n():
     rng = np.random.default_rng(11)
     K, d1, d2, r = 3, 6, 5, 2

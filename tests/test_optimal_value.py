@@ -116,6 +116,12 @@ def test_batched_equals_unbatched(mode):
             if isinstance(value, np.ndarray):
                 np.testing.assert_array_equal(value[b], mine[key][0], err_msg=key)
         assert batched.S2_V[b] == single.S2_V and batched.estimate[b] == single.estimate
+        # The running values (the wrappers' info) are the read-outs', bit for bit.
+        estimate, standard_error = single.running_values()
+        assert estimate == single.estimate
+        assert standard_error == np.sqrt(single.S2_V / single.n_obs)
+        estimates, standard_errors = batched.running_values()
+        assert (estimates[b], standard_errors[b]) == (estimate, standard_error)
         one, ci_b = single.interval(), batched.interval()
         assert (ci_b.low[b], ci_b.high[b]) == (one.low, one.high)
 

@@ -74,10 +74,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "value_uniform_propensities",
         "the value wrapper feeds the V* core uniform propensities instead of the policy's",
         "inference/wrappers/value_tracker.py",
-        "self.core.update(predictions, round_)",
+        "self.core.absorb(predictions, round_.actions, round_.rewards, round_.propensities)",
         "props = round_.propensities\n"
         "        uniform = np.full_like(props, 1.0 / props.shape[-1])\n"
-        "        self.core.update(predictions, round_._replace(propensities=uniform))",
+        "        self.core.absorb(predictions, round_.actions, round_.rewards, uniform)",
         ("tests/test_mutants.py", "tests/test_wrappers.py", "tests/test_optimal_value.py"),
     ),
     Mutant(
@@ -109,9 +109,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "no_ipw",
         "no 1/pi in the debiasing of <M_a, T>",
-        "inference/cores/linear_form.py",
-        "weight = 1.0 / propensities[np.arange(self.state.B), action]",
-        "weight = np.ones(self.state.B)",
+        "inference/cores/linear_form_round.py",
+        "weight = factors[s.trials, action] if core.ipw else np.ones(s.B)",
+        "weight = np.ones(s.B)",
         ("tests/test_linear_form.py", "tests/test_wrappers.py"),
     ),
     Mutant(

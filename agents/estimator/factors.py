@@ -367,6 +367,8 @@ class FactorStore:
             them past the step) and ``sv`` (a copy).
         """
         U, V, XV, XtU = self._product_cache.pulled(Xb, actions, self._U, self._V, fingerprint)
+        if self.n_trials is None:  # one trial: a basic-indexing copy, no gather
+            return PulledArms(U, V, XV, XtU, self._sv[0, int(actions[0])][None].copy())
         return PulledArms(U, V, XV, XtU, self._sv[self._trials, actions])
 
     def pulled_products(

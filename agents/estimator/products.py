@@ -146,9 +146,10 @@ class ProductCache:
         """The entry for context ``Xb`` (``fp``: its fingerprint, if the caller has it)."""
         if fp is None:
             fp = self.fingerprint(Xb)
+        key = fp.tolist()  # compared as Python floats: a NaN equals nothing
         entry = self._entry
-        if entry is None or not (entry["fp"].shape == fp.shape and (entry["fp"] == fp).all()):
-            entry = self._entry = {"fp": fp}
+        if entry is None or entry["key"] != key:
+            entry = self._entry = {"fp": fp, "key": key}
         return entry
 
     def all_arm_products(
@@ -178,7 +179,9 @@ class ProductCache:
         (:class:`~lrbandit_gym.onehot.OneHotContexts`) take ``U_a[j] · V_a[k]``, O(K r).
         ``V_cat`` is ``V_all`` side by side, (B, d2, K, r).
         """
-        entry = self._entry_for(Xb, fp)
+        entry = self._entry  # this round's entry, its key compared here (the common case)
+        if fp is None or entry is None or entry["key"] != fp.tolist():
+            entry = self._entry_for(Xb, fp)
         preds = entry.get("preds")
         if preds is None:
             if isinstance(Xb, OneHotContexts):
@@ -229,10 +232,12 @@ class ProductCache:
             ``X V_a`` (taken from :meth:`all_arm_products` when that ran on this context)
             and ``Xᵀ U_a``.
         """
-        entry = self._entry_for(Xb, fp)
-        pulled = entry.get("pulled")
-        if pulled is not None and pulled[0].shape == a.shape and (pulled[0] == a).all():
-            return pulled[1:]
+        entry = self._entry  # this round's entry, its key compared here (the common case)
+        if fp is None or entry is None or entry["key"] != fp.tolist():
+            entry = self._entry_for(Xb, fp)
+        arms = a.tolist()
+        if entry.get("arms") == arms:
+            return entry["pulled"][1:]
         if self._unbatched:
             a0 = int(a[0])
             U, V = U_all[0, a0][None], V_all[0, a0][None]
@@ -246,4 +251,5 @@ class ProductCache:
         else:
             XV, XtU = context_products(Xb, U, V)
         entry["pulled"] = (np.array(a, copy=True), U, V, XV, XtU)
+        entry["arms"] = arms
         return U, V, XV, XtU

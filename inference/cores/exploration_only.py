@@ -42,8 +42,9 @@ import numpy as np
 
 from inference.cores.checks import check_batch_vector, check_factors, check_flags
 from inference.cores.linear_form import LinearFormCore, check_estimate_scale
-from inference.cores.linear_form_round import checked_contexts, propose_terms
+from inference.cores.linear_form_round import checked_contexts
 from lrbandit_gym.input_checks import check_actions
+from lrbandit_gym.rounds import Round
 
 __all__ = ["ExplorationOnlyInference"]
 
@@ -119,4 +120,5 @@ class ExplorationOnlyInference(LinearFormCore):
             where = f" (trial {i})" if self.batched else ""
             raise ValueError(f"epsilon must be in (0, 1], got {eps[i]!r}{where}")
         weight = np.where(flags, self.n_actions / eps, 0.0)
-        self.commit(propose_terms(self, self.estimate_parts(Ub, Vb, a), Xb, a, y, weight))
+        round_ = Round(Xb, a, y, None)
+        self.commit(self.propose(round_, self.estimate_parts(Ub, Vb, a), weight))

@@ -33,6 +33,7 @@ and :mod:`inference.cores._kernels` (the same round compiled by numba).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -40,7 +41,7 @@ import numpy as np
 
 from inference.cores import linear_form_readout, linear_form_round, linear_form_state
 from inference.cores.checks import check_batch_vector, check_factors, check_n_trials, check_targets
-from inference.cores.linear_form_round import PulledEstimate, RoundTerms, check_estimate_scale
+from inference.cores.linear_form_round import check_estimate_scale
 from inference.cores.linear_form_state import LinearFormState
 from inference.cores.projection_choice import PROJECTIONS, choose_projection
 from lrbandit_gym.context_law import IsotropicLaw, as_context_law
@@ -88,10 +89,10 @@ def debiased_sums_reference(
 class LinearFormCore:
     """Shared engine of :class:`LinearFormInference` and the exploration-only baseline.
 
-    Subclasses validate their own ``update`` arguments, turn them into one inverse-propensity
-    weight per trial for the pulled arm (0 for a round that must not be used) and run the
-    round's two phases (:func:`~inference.cores.linear_form_round.propose_terms`, then
-    :meth:`commit`).
+    Subclasses validate their own ``update`` arguments into a
+    :class:`~lrbandit_gym.rounds.Round` and run the round's two phases (:meth:`propose`,
+    with the pulled arm's weight where it is not ``1/π_t(a_t)``: 0 for a round that must
+    not be used; then :meth:`commit`).
 
     The running sums are :attr:`state`; the round, the read-outs and persistence are
     functions of the core's public fields in their modules, bound below as methods.
@@ -108,6 +109,8 @@ class LinearFormCore:
     #: debiased sum (Algorithm 2); the method always does, a negative control of a validity
     #: study (:mod:`lrbandit_gym.experiments.controls`) does not.
     debias: bool = True
+    #: Whether a round's weight is ``1/π_t(a_t)``; a negative control weighs every round 1.
+    ipw: bool = True
 
     def __init__(
         self,
@@ -188,6 +191,7 @@ class LinearFormCore:
         self.position = (0, 1)
 
     # The round (linear_form_round).
+    propose = linear_form_round.propose
     observe_context = linear_form_round.observe_context
     changed_arms = linear_form_round.changed_arms
     estimate_parts = linear_form_round.estimate_parts
@@ -238,6 +242,14 @@ class LinearFormCore:
         n, s = self.n_obs, self.state
         if not n:
             se = s.S2_sum * np.nan
+        elif s.B == 1 and not self.robust:  # one trial: Python floats, the same operations
+            rows = []
+            for sigma, S2_row in zip(s.sigma_sum[0].tolist(), s.S2_sum[0].tolist(), strict=True):
+                row = []
+                for S2 in S2_row:
+                    row.append(math.sqrt(sigma / n * S2 / n / n))
+                rows.append(row)
+            return np.array([rows] if self.batched else rows)
         else:
             var = s.V_sum / n if self.robust else (s.sigma_sum / n)[..., None] * s.S2_sum / n
             se = np.sqrt(var / n)
@@ -263,7 +275,9 @@ class LinearFormInference(LinearFormCore):
     with :meth:`interval` and :meth:`difference`.  A caller that checked the round already
     (a :class:`~lrbandit_gym.rounds.Round`) passes it to :meth:`update`, or runs the step
     in two phases, :meth:`propose` (computed and checked, nothing written) and
-    :meth:`commit`, as the inference wrappers do.
+    :meth:`commit`, as the inference wrappers do
+    (:func:`~inference.cores.linear_form_round.propose`: computed and checked, nothing
+    written, and raises ``ValueError`` if the running sums cannot absorb the round).
 
     Per round and for every arm ``i`` (Algorithm 2, docs/method.md §4):
     ``M̃_{i,t} = M̂_{i,t−1} + c·1{a_t=i}/π_t(i)·(y_t − <M̂_{i,t−1}, X_t>)·X_t``, with the
@@ -406,37 +420,3 @@ class LinearFormInference(LinearFormCore):
         y = check_batch_vector(reward, self.n_trials, "reward")
         p = check_propensities(propensities, a, self.n_actions, self.n_trials)
         return Round(Xb, a, y, p)
-
-    def propose(self, round_: Round, estimate: PulledEstimate) -> RoundTerms:
-        """The first phase of a round: its terms computed and checked against the running
-        sums, nothing written; :meth:`commit` writes them.  An inference wrapper proposes
-        its core's round before any layer of its step commits.
-
-        Parameters
-        ----------
-        round_ : Round
-            The round, checked, with propensities positive at the pulled arms.
-        estimate : PulledEstimate
-            The estimate before the round: :meth:`estimate_parts` of every arm's factors,
-            or what a shared :class:`agents.LowRankSGD` computed for its own step
-            (:class:`~inference.wrappers.shared_estimator.SharedEstimate`).
-
-        Raises
-        ------
-        ValueError
-            If the running sums cannot absorb the round; the object is then unchanged.
-        """
-        action = round_.actions
-        weight = self.weight(action, round_.propensities)
-        terms = linear_form_round.propose_terms(
-            self, estimate, round_.contexts, action, round_.rewards, weight
-        )
-        with np.errstate(divide="ignore"):  # a zero propensity: an infinite factor
-            return terms._replace(factors=1.0 / round_.propensities)
-
-    def weight(self, action: np.ndarray, propensities: np.ndarray) -> np.ndarray:
-        """The inverse-propensity weight ``1/π_t(a_t)`` of a round per trial, ``(B,)``
-        (``action`` ``(B,)``, ``propensities`` ``(B, K)``): the hook a negative control of a
-        validity study overrides (:mod:`lrbandit_gym.experiments.controls`)."""
-        weight = 1.0 / propensities[np.arange(self.state.B), action]
-        return weight

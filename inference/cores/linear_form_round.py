@@ -8,12 +8,12 @@ or ``d1·d2`` (completion, Appendix C)::
     n·σ̂²_{a_t}   += w_t·res_t²                                eq. (13)
     n·Ŝ²_{a_t}   += (c·w_t)²·<G_t, X_t>²   (every target)       eq. (14)
 
-A round runs in two phases: the first (:func:`propose_terms`) computes the pulled arm's
+A round runs in two phases: the first (:func:`propose`) computes the pulled arm's
 residual and ``<G_t, X_t>`` and checks that the sums can hold them, writing nothing;
 :func:`commit` writes them.  The functions here read the core's public fields and its
 :class:`~inference.cores.linear_form_state.LinearFormState`; the core binds
-:func:`commit`, :func:`estimate_parts`, :func:`changed_arms` and :func:`observe_context` as
-its methods, and its ``propose`` (with the round's weight) calls :func:`propose_terms`.
+:func:`propose`, :func:`commit`, :func:`estimate_parts`, :func:`changed_arms` and
+:func:`observe_context` as its methods.
 The estimate before the round enters as a :class:`PulledEstimate`: the arms it moved and
 the pulled arms' factors.  ``Σ_t M̃`` lives in
 :class:`~inference.cores.debiased_sum.DebiasedSum`; ``<M̂, X_t>`` and ``<G_t, X_t>`` come from
@@ -34,6 +34,7 @@ from lrbandit_gym import engine
 from lrbandit_gym.context_law import EntryLaw
 from lrbandit_gym.input_checks import MAX_MAGNITUDE
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
+from lrbandit_gym.rounds import Round
 
 __all__ = [
     "Changes",
@@ -46,7 +47,7 @@ __all__ = [
     "commit",
     "estimate_parts",
     "observe_context",
-    "propose_terms",
+    "propose",
 ]
 
 Changes = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -177,16 +178,10 @@ def estimate_parts(core, U: np.ndarray, V: np.ndarray, action: np.ndarray) -> Pu
     return PulledEstimate(changes, U[trials, action], V[trials, action])
 
 
-def propose_terms(
-    core,
-    estimate: PulledEstimate,
-    X: np.ndarray | OneHotContexts,
-    action: np.ndarray,
-    reward: np.ndarray,
-    weight: np.ndarray,
-) -> RoundTerms:
-    """Compute one round's terms and check that the sums can absorb them, writing
-    nothing; :func:`commit` writes them.
+def propose(core, round_: Round, estimate: PulledEstimate, weight=None) -> RoundTerms:
+    """The first phase of a round: its terms computed and checked against the running sums,
+    nothing written; :func:`commit` writes them.  An inference wrapper proposes its core's
+    round before any layer of its step commits.
 
     The pulled arm's residual ``res_t = y_t − <M̂, X_t>`` and ``<G_t, X_t>`` (every
     target) are the round's expensive part; they are kept for the commit.  The round is
@@ -199,33 +194,49 @@ def propose_terms(
     ----------
     core : LinearFormCore
         The core, read through its public fields and :attr:`~LinearFormCore.state`.
+    round_ : Round
+        The round, checked; completion contexts in index form make it O((d1 + d2) r) (with
+        a change's ``support``).
     estimate : PulledEstimate
-        The estimate before the round (:func:`estimate_parts`, or a shared estimator's
-        snapshot).
-    X : ndarray of shape (B, d1, d2), or OneHotContexts
-        The contexts; completion contexts in index form make the round O((d1 + d2) r)
-        (with a change's ``support``).
-    action : ndarray of int, shape (B,)
-    reward : ndarray of shape (B,)
-    weight : ndarray of shape (B,)
-        Inverse-propensity weight ``1/pi_t(a_t)`` of the pulled arm; 0 keeps the round
-        out of the correction, ``sigma^2`` and ``S^2`` sums.
+        The estimate before the round: :func:`estimate_parts` of every arm's factors, or
+        what a shared :class:`agents.LowRankSGD` computed for its own step
+        (:class:`~inference.wrappers.shared_estimator.SharedEstimate`).
+    weight : ndarray of shape (B,), optional
+        The pulled arm's weight, for a round whose weight is not ``1/π_t(a_t)`` (the
+        exploration-only baseline; 0 keeps the round out of the correction, ``σ̂²`` and
+        ``Ŝ²`` sums).  By default ``1/π_t(a_t)`` from the round's propensities (positive
+        at the pulled arms), whose ``1/π_t(a)`` of every arm are the round's predictable
+        variance factors (:mod:`inference.cores.weight_share`); 1 for a core whose
+        :attr:`~LinearFormCore.ipw` is off.
 
     Raises
     ------
     ValueError
-        If the sums cannot absorb the round (naming the trial, reward and residual).
+        If the sums cannot absorb the round (naming the trial, reward and residual); the
+        core is then unchanged.
     """
-    if core.projection == "none":
-        return _propose_unprojected(core, estimate, X, action, reward, weight)
     s = core.state
+    X, action, reward = round_.contexts, round_.actions, round_.rewards
+    factors = None
+    if weight is None:
+        props = round_.propensities
+        if len(props) == 1 and min(props[0].tolist()) > 0:  # one trial, every arm possible
+            factors = 1.0 / props
+        else:
+            with np.errstate(divide="ignore"):  # a zero propensity: an infinite factor
+                factors = 1.0 / props
+        weight = factors[s.trials, action] if core.ipw else np.ones(s.B)  # w_t = 1/π_t(a_t)
+    if core.projection == "none":
+        terms = _propose_unprojected(core, estimate, X, action, reward, weight)
+        return terms._replace(factors=factors)
     changes, Ua, Va, products, balanced = estimate
     one_hot = isinstance(X, OneHotContexts)
     compiled = balanced and products is not None and engine.compiled()
     c, whitened, observed = core.c, None, reward
     if c is None:  # a law that is not I/c (docs/method.md §11)
         if one_hot or not compiled:
-            return _propose_whitened(core, estimate, X, action, reward, weight)
+            terms = _propose_whitened(core, estimate, X, action, reward, weight)
+            return terms._replace(factors=factors)
         # The kernel reads the prediction and <G_t, ·> off the products it is given: given
         # those of the whitened context, its residual would be taken against <M̂, W_t>,
         # so the reward it sees is shifted to make that residual y_t − <M̂, X_t>.
@@ -269,12 +280,13 @@ def propose_terms(
             bad = _refused(s, action, weight, res, g, core.c)
     if bad >= 0:
         _refuse(core, bad, action, observed, weight, res, g)
-    terms = RoundTerms(changes, X, action, weight, res, g, compiled, core.position)
-    return terms if whitened is None else terms._replace(whitened=whitened)
+    return RoundTerms(
+        changes, X, action, weight, res, g, compiled, core.position, factors, whitened
+    )
 
 
 def _propose_whitened(core, estimate, X, action, reward, weight) -> RoundTerms:
-    """:func:`propose_terms` under a law whose ``Σ`` is not ``I/c``: the residual reads
+    """:func:`propose` under a law whose ``Σ`` is not ``I/c``: the residual reads
     ``X_t``, the correction and ``<G_t, ·>`` read ``Σ⁻¹ vec X_t`` (docs/method.md §1),
     whitened by the law before this round (an estimated one: from earlier contexts)."""
     s = core.state
@@ -330,7 +342,7 @@ def _require_law_contexts(whitener) -> None:
 
 
 def _propose_unprojected(core, estimate, X, action, reward, weight) -> RoundTerms:
-    """:func:`propose_terms` with ``projection="none"``: ``G_t = T``, so the design term is
+    """:func:`propose` with ``projection="none"``: ``G_t = T``, so the design term is
     ``<T, W_t>`` with ``W_t = c·X_t`` or ``Σ⁻¹ vec X_t`` (docs/method.md §12)."""
     s = core.state
     changes, Ua, Va, products, _ = estimate
@@ -446,12 +458,10 @@ def commit(core, terms: RoundTerms) -> None:
         s.weights.add(terms.factors)
     c = core.c if terms.scale is None else terms.scale
     c = 1.0 if c is None else c
-    # The pulled arm's design terms (c·w·<G_t, X_t>)² into the design share.
-    B, K, nT = s.S2_sum.shape
-    design = np.zeros((B, K, nT))
+    # The pulled arm's design terms (c·w·<G_t, X_t>)² into the design share (arm a's
+    # targets are its quantities a·n_T .. a·n_T + n_T − 1).
     cw = c * weight
-    design[np.arange(B), action] = (cw * cw)[:, None] * g * g
-    s.design.add(design.reshape(B, K * nT))
+    s.design.add_block(s.trials, action, (cw * cw)[:, None] * g * g)
     if core.c is None:  # the robust variance's terms (c·w·res·<G_t, W_t>)²
         term = (c * weight * res)[:, None] * g
         s.V_sum[np.arange(s.B), action] += term * term

@@ -49,6 +49,8 @@ class LinearFormState:
 
     def __init__(self, B, K, d1, d2, rank, names, stack, projection, law) -> None:
         self.B = B
+        #: ``arange(B)``: the trial index of a round's gathers.
+        self.trials = np.arange(B)
         self.names = names
         self.T = np.ascontiguousarray(stack)
         # <G, X> = <T, X P_V> + <T, P_U X> - kappa <T, P_U X P_V> (see tangent_space).

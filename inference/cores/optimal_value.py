@@ -38,6 +38,7 @@ from inference.results import (
 )
 from inference.sequences import DEFAULT_TUNING_N, check_kind, kind_interval, sequence_phrase
 from lrbandit_gym.input_checks import (
+    MAX_MAGNITUDE,
     MIN_PROPENSITY,
     check_actions,
     check_choice,
@@ -161,7 +162,7 @@ class OptimalValueInference:
                 raise TypeError("update(predictions, round) takes no reward or propensities")
             if action.propensities is None:
                 raise ValueError("the round must carry propensities (pi_t(a) for every arm)")
-            self._absorb(predictions, action.actions, action.rewards, action.propensities)
+            self.absorb(predictions, action.actions, action.rewards, action.propensities)
             return
         K = self.n_actions
         pred = check_matrix_stack(predictions, (K,), self.n_trials, "predictions")
@@ -170,7 +171,7 @@ class OptimalValueInference:
         known = self.propensities == "known"
         p = check_propensities(propensities, a, K, self.n_trials, require_chosen_positive=known)
         self.check_predictions(pred, p)
-        self._absorb(pred, a, y, p)
+        self.absorb(pred, a, y, p)
 
     def check_predictions(self, predictions: np.ndarray, propensities: np.ndarray) -> None:
         """Raise unless ``pi_t(a_hat_t) > 0``, before any state changes.
@@ -192,9 +193,17 @@ class OptimalValueInference:
             prediction is not finite or above ``MAX_MAGNITUDE`` in magnitude (its square
             enters the sums).
         """
+        if len(predictions) == 1:  # one trial, the common case: Python floats
+            row = predictions[0].tolist()
+            top, total = max(row), sum(row)
+            if (
+                top <= MAX_MAGNITUDE
+                and min(row) >= -MAX_MAGNITUDE
+                and total == total  # no NaN (which max and min may pass over)
+                and propensities[0, row.index(top)] >= MIN_PROPENSITY  # a_hat: argmax
+            ):
+                return
         check_magnitude(predictions, "predictions", batched=self.batched)
-        if len(predictions) == 1 and propensities[0, predictions[0].argmax()] >= MIN_PROPENSITY:
-            return  # one trial, the common case: no small-array work
         a_hat = np.argmax(predictions, axis=1)
         p_hat = propensities[np.arange(propensities.shape[0]), a_hat]  # 1 - e_t
         small = ~(p_hat >= MIN_PROPENSITY)
@@ -211,7 +220,7 @@ class OptimalValueInference:
                 f"arm; a deterministic policy cannot be evaluated)"
             )
 
-    def _absorb(
+    def absorb(
         self,
         predictions: np.ndarray,
         action: np.ndarray,
@@ -220,6 +229,8 @@ class OptimalValueInference:
     ) -> None:
         """One checked round, in the batched layout (:meth:`check_predictions` passed on
         the same arrays): the sums of ``V_hat_n`` (eq. (16)) and ``S_hat_V^2`` (eq. (18)).
+        :meth:`update` checks its arguments and calls it; an inference wrapper, which checked
+        the round, calls it directly.
 
         Parameters
         ----------
@@ -230,15 +241,15 @@ class OptimalValueInference:
         """
         if self._B == 1:  # Python scalars: the same operations in the same order as below
             # (so the same numbers), without the per-call cost of small arrays
-            pred, p = predictions[0], propensities[0]
+            pred, p = predictions[0].tolist(), propensities[0].tolist()
             a, y = int(action[0]), float(reward[0])
-            a_hat = int(pred.argmax())
-            p_hat = float(p[a_hat])
-            q = float(pred[a_hat])
-            res = y - float(pred[a])
+            q = max(pred)  # finite (check_predictions)
+            a_hat = pred.index(q)  # argmax: the first of ties
+            p_hat = p[a_hat]
+            res = y - pred[a]
             num, pulls = self._sigma_num[0], self._pulls[0]
             if self.propensities == "known":
-                num[a] += res * res / float(p[a])
+                num[a] += res * res / p[a]
                 pulls[a] += 1
                 sigma2_t = float(num[a_hat]) / (self.n_obs + 1)
             else:
@@ -302,6 +313,18 @@ class OptimalValueInference:
     def S2_V(self) -> Any:
         """``S_hat_V^2`` (NaN before the first round)."""
         return self._out(self._S2_V() if self.n_obs else np.full(self._B, np.nan))
+
+    def running_values(self) -> tuple[Any, Any]:
+        """``(V_hat_n, S_hat_V / sqrt(n))`` after at least one round, as :attr:`estimate`
+        and ``np.sqrt(S2_V / n)`` give them: what an inference wrapper reports in ``info``
+        each round, read in one pass."""
+        n = self.n_obs
+        if self._B == 1:  # Python floats, as _out() returns them; _S2_V()'s operations
+            mean = float(self._sum_q[0]) / n
+            spread = float(self._sum_q2[0]) / n - mean * mean
+            S2_V = float(self._sum_sv[0]) / n + (0.0 if spread < 0 else spread)
+            return float(self._sum_q[0] + self._sum_corr[0]) / n, np.sqrt(S2_V / n)
+        return (self._sum_q + self._sum_corr) / n, np.sqrt(self._S2_V() / n)
 
     @property
     def sigma2(self) -> Any:

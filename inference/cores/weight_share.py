@@ -74,6 +74,28 @@ class WeightShare:
         self._sum += factors
         np.maximum(self._max, factors, out=self._max)
 
+    def add_block(self, trials: np.ndarray, blocks: np.ndarray, factors: np.ndarray) -> None:
+        """Absorb one round whose ``v_t`` are zero except in one block of ``w`` consecutive
+        quantities per trial: quantities ``blocks[b]·w`` to ``blocks[b]·w + w − 1`` of trial
+        ``trials[b]`` take ``factors[b]``, shape ``(B, w)``, ``>= 0``.  The same as
+        :meth:`add` of the full ``(B, m)`` array: adding 0 to a sum and taking the maximum
+        with 0 leave them as they are."""
+        w = factors.shape[1]
+        if len(trials) == 1:  # one trial: basic slices of its block, no gathers
+            lo = int(blocks[0]) * w
+            total, top = (
+                self._sum[int(trials[0]), lo : lo + w],
+                self._max[int(trials[0]), lo : lo + w],
+            )
+            total += factors[0]
+            np.maximum(top, factors[0], out=top)
+            return
+        B, m = self._sum.shape
+        total = self._sum.reshape(B, m // w, w)  # views: the arrays are contiguous
+        top = self._max.reshape(B, m // w, w)
+        total[trials, blocks] += factors
+        top[trials, blocks] = np.maximum(top[trials, blocks], factors)
+
     def forget(self) -> None:
         """Mark the sums unknown (NaN): a round entered without its factors."""
         self._sum.fill(np.nan)

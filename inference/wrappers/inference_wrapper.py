@@ -11,9 +11,9 @@ the host, and the outer one's ``step`` passes straight through.  Each step the h
    propensities and the context) and takes every tracker's snapshot of the estimate the
    agent acted on, all before the inner step;
 2. steps the environment;
-3. checks the reward and stages every tracker's round and its own estimator's update
-   (everything that can fail);
-4. commits them all (nothing can fail) and writes each tracker's running values into
+3. takes the next observation, checks the reward and stages every tracker's round and
+   its own estimator's update (everything that can fail);
+4. commits them all (nothing can fail), each tracker returning its running values for
    ``info``.
 
 A round refused in step 3 (a non-finite reward, a diverging step) leaves every tracker and
@@ -105,6 +105,9 @@ class InferenceWrapperBase:
             self._host = host
             self._check = None
             host.add_tracker(self.tracker, propensity_fn)
+            # The host runs the round: this wrapper's step is the layer's below, bound
+            # here so that a step of the stack crosses one inference wrapper's step.
+            self.step = self.env.step
 
     @classmethod
     def _check_kind(cls, env) -> None:
@@ -169,30 +172,26 @@ class InferenceWrapperBase:
 
     def step(self, action):
         """Step the inner env with ``action`` unchanged, and feed the round to every tracker
-        of the stack (module docstring)."""
-        if self._host is not self:
-            return self.env.step(action)
+        of the stack (module docstring).  A wrapper that is not the host has no step of
+        its own: :meth:`_attach` binds its ``step`` to the layer's below."""
         check = self._check
         checked = check.check(action)
         fp, by = checked.fingerprint, check.estimator
         trackers = self._trackers
-        by_ready = None  # the checking estimator's readiness, read once for its trackers
         snapshots = []
         for t in trackers:
-            if t.estimator is by:
-                if by_ready is None:
-                    by_ready = t.ready()
-                snapshots.append(t.snapshot(checked, fp) if by_ready else None)
+            if t.estimator is by:  # the checking estimator: its readiness and fingerprint
+                snapshots.append(t.snapshot(checked, fp) if checked.ready else None)
             else:
                 snapshots.append(t.snapshot(checked, None) if t.ready() else None)
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._steps += 1
         try:
-            rewards = check.check_reward(reward)
+            rewards = check.after_step(reward, obs)
             round_ = Round(checked.contexts, checked.actions, rewards, checked.propensities)
             staged = []
             for t, s in zip(trackers, snapshots, strict=True):
-                staged.append(None if s is None else t.stage(s, round_))
+                staged.append(t.stage(s, round_) if s is not None and t.stages else s)
             own = self._own
             commit_own = (
                 None
@@ -200,7 +199,6 @@ class InferenceWrapperBase:
                 else own.prepare(round_._replace(fingerprint=fp), type(self).__name__)
             )
         except Exception as exc:
-            check.set_obs(obs)
             exc.add_note(
                 f"{type(self).__name__}: round {self._steps} (the environment's step) was "
                 "refused after the environment stepped; no inference core or estimator "
@@ -211,15 +209,12 @@ class InferenceWrapperBase:
         for t, s in zip(trackers, staged, strict=True):
             if s is None:
                 t.rounds_skipped += 1
-                t.skip(round_)
+                info[t.info_key] = t.skip(round_)
             else:
-                t.commit(s, round_)
+                info[t.info_key] = t.commit(s, round_)
             t.rounds_seen += 1
         if commit_own is not None:
             commit_own()
-        check.set_obs(obs)
-        for t in trackers:
-            info[t.info_key] = t.running_info()
         return obs, reward, terminated, truncated, info
 
     def reset(self, *, seed=None, options=None):

@@ -97,16 +97,18 @@ class ParameterTracker(Tracker):
         # The feed's core is this tracker's: its propose(), without the hand-off's call.
         return kind, self._core.propose(round_, parts.estimate), parts
 
-    def commit(self, staged, round_: Round) -> None:
+    def commit(self, staged, round_: Round) -> dict[str, Any]:
         kind, terms, parts = staged
         if kind == "factors":
             self._core.commit(terms)
         else:
             self._feed.commit(terms, parts)
+        return self.running_info()
 
-    def skip(self, round_: Round) -> None:
+    def skip(self, round_: Round) -> dict[str, Any]:
         # A round before inference starts still tells an estimated law about the contexts.
         self._core.observe_context(round_.contexts)
+        return self.running_info()
 
     def restored(self) -> None:
         if self._feed is not None:

@@ -145,8 +145,9 @@ class PolicyTracker(Tracker):
         pred, pmfs = snapshot
         return self.core.propose(round_, pred, pmfs)
 
-    def commit(self, staged, round_: Round) -> None:
+    def commit(self, staged, round_: Round) -> dict[str, Any]:
         self.core.commit(staged)
+        return self.running_info()
 
     # ------------------------------------------------------------------ read-out
     def interval(

@@ -4,8 +4,9 @@ Before the inner step the action, its propensities (from the
 :class:`~lrbandit_gym.Decision` or ``propensity_fn``) and the context the environment
 returned last are checked: the action in range, the pmf a distribution that gives the
 action positive mass, the context finite (and, for completion contexts, exactly one-hot).
-After the step, the reward is checked finite.  :class:`RoundCheck` owns the last
-observation, so the round's context is the one the agent acted on.
+After the step, the next observation is taken and the reward is checked finite.
+:class:`RoundCheck` owns the last observation, so the round's context is the one the agent
+acted on.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from agents.estimator import LowRankSGD
 from inference.results import SmallPropensityWarning
-from lrbandit_gym.decision import decision_propensities
+from lrbandit_gym.decision import Decision, decision_propensities
 from lrbandit_gym.input_checks import MAX_MAGNITUDE, check_magnitude, check_propensities
 from lrbandit_gym.onehot import OneHotContexts, check_index, is_index_like, one_hot_contexts
 
@@ -42,6 +43,9 @@ class CheckedRound(NamedTuple):
     that estimator is not a :class:`~agents.LowRankSGD`)."""
     obs: Any
     """The observation as the environment returned it (target policies read it)."""
+    ready: bool
+    """Whether the checking estimator's estimate is ready (its warm start over), read once
+    for every tracker that shares it."""
 
 
 class RoundCheck:
@@ -65,6 +69,9 @@ class RoundCheck:
         self.n_trials = shape.n_trials
         self.context = shape.context
         self.estimator = estimator
+        # The checking estimator's store: its fingerprint checks the context, its
+        # ``initialized`` says whether the estimate is ready (None: not a LowRankSGD).
+        self._store = estimator.store if isinstance(estimator, LowRankSGD) else None
         self.propensity_fn = None
         self.who = who
         self.adopt_propensity_fn(propensity_fn)
@@ -121,9 +128,15 @@ class RoundCheck:
         """
         if self.obs is None:
             raise RuntimeError("Call reset() before step().")
-        arm, props = decision_propensities(
-            action, self.propensity_fn, self.obs, f"{self.who} needs the propensity of every action"
-        )
+        if isinstance(action, Decision):  # an agent's act(), the common case
+            arm, props = action.action, np.asarray(action.propensities)
+        else:
+            arm, props = decision_propensities(
+                action,
+                self.propensity_fn,
+                self.obs,
+                f"{self.who} needs the propensity of every action",
+            )
         b = self.n_trials
         actions = np.array(arm, ndmin=1)
         if actions.dtype.kind not in "iu" or actions.shape != (1 if b is None else b,):
@@ -140,7 +153,9 @@ class RoundCheck:
         ):  # one trial, not small (the common case), is decided here without a call
             self._warn_small_propensity(actions, props)
         fp, contexts = self._check_context()
-        return CheckedRound(actions, props, contexts, fp, self.obs)
+        store = self._store
+        ready = store.initialized if store is not None else bool(self.estimator.initialized)
+        return CheckedRound(actions, props, contexts, fp, self.obs, ready)
 
     def _warn_small_propensity(self, actions: np.ndarray, props: np.ndarray) -> None:
         """Warn, once, when the chosen arm's propensity falls below
@@ -172,17 +187,17 @@ class RoundCheck:
         is returned for the estimator's product cache; otherwise None.  A dense one-hot
         completion context is replaced by its index form (one pass), which the estimator and
         the cores read at O((d1 + d2) r)."""
-        est = self.estimator if isinstance(self.estimator, LowRankSGD) else None
+        store = self._store
         if self.context == "completion" and (
             isinstance(self.x, OneHotContexts) or is_index_like(self.x, self.n_trials)
         ):
             check_index(self.obs, self.d1, self.d2, self.n_trials, name="the context")
-            return (None if est is None else est.store.fingerprint(self.x)), self.x
+            return (None if store is None else store.fingerprint(self.x)), self.x
         x = self.x
         xb = x if self.n_trials is not None or isinstance(x, OneHotContexts) else x[None]
         fp = None
-        if est is not None:
-            fp = est.store.fingerprint(xb)
+        if store is not None:
+            fp = store.fingerprint(xb)
             # An entry beyond MAX_MAGNITUDE shows in the fingerprint (short of an exact
             # cancellation against the fixed weights); a NaN fails the comparison.
             if (
@@ -226,9 +241,12 @@ class RoundCheck:
         )
 
     # ------------------------------------------------------------------ after the step
-    def check_reward(self, reward) -> np.ndarray:
-        """The reward as an array of shape (B,), finite and of magnitude up to
-        ``MAX_MAGNITUDE`` (its square must be finite)."""
+    def after_step(self, reward, obs) -> np.ndarray:
+        """Take ``obs`` as the next round's context (first: a refused reward still leaves
+        the next round ready) and return the reward as an array of shape (B,), finite and of
+        magnitude up to ``MAX_MAGNITUDE`` (its square must be finite)."""
+        self.x = self.context_of(obs)
+        self.obs = obs
         b = self.n_trials
         if b is None and isinstance(reward, float) and abs(reward) <= MAX_MAGNITUDE:
             return np.array([reward])  # a single env's reward, the common case (NaN fails)

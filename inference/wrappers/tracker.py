@@ -9,10 +9,12 @@ to every tracker it holds, in three phases:
   whose ``1/(1 − e_t)`` must exist);
 * :meth:`Tracker.stage`, after it: the core's round computed and checked, everything that
   can fail, nothing written;
-* :meth:`Tracker.commit`, once every tracker has staged: writes it (cannot fail).
+* :meth:`Tracker.commit`, once every tracker has staged: writes it (cannot fail) and
+  returns the running values the wrapper puts into ``info``.
 
-A round before the tracker's estimate is ready (the warm start) goes to
-:meth:`Tracker.skip` instead.  The read-outs (``interval``, ``results``) are the tracker's
+A tracker with nothing to stage says so (:attr:`Tracker.stages`), and its snapshot goes to
+the commit as it is.  A round before the tracker's estimate is ready (the warm start) goes
+to :meth:`Tracker.skip` instead.  The read-outs (``interval``, ``results``) are the tracker's
 too; the public wrappers (:class:`~inference.ParameterInference`,
 :class:`~inference.ValueInference`, :class:`~inference.PolicyEvaluation`) hand them on.
 """
@@ -52,6 +54,8 @@ class Tracker:
 
     #: The key of ``info`` the running values go under.
     info_key = "inference"
+    #: Whether :meth:`stage` does anything (False: the snapshot goes to :meth:`commit`).
+    stages = True
     #: The core fed (set by the subclass).
     core: Any
 
@@ -81,15 +85,18 @@ class Tracker:
         """After the step: the core's round computed and checked, nothing written."""
         return snapshot
 
-    def commit(self, staged: Any, round_: Round) -> None:
-        """Write what :meth:`stage` computed (cannot fail)."""
+    def commit(self, staged: Any, round_: Round) -> dict[str, Any]:
+        """Write what :meth:`stage` computed (cannot fail); return :meth:`running_info`."""
         raise NotImplementedError
 
-    def skip(self, round_: Round) -> None:
-        """A round before the estimate is ready (nothing by default)."""
+    def skip(self, round_: Round) -> dict[str, Any]:
+        """A round before the estimate is ready (nothing is absorbed by default); return
+        :meth:`running_info`."""
+        return self.running_info()
 
     def running_info(self) -> dict[str, Any]:
-        """What ``info[info_key]`` reports after each step."""
+        """What ``info[info_key]`` reports after each step (:meth:`commit` and :meth:`skip`
+        return it)."""
         return {"n_obs": self.core.n_obs}
 
     def predictions(self, xb, fingerprint) -> np.ndarray:

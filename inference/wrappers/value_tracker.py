@@ -95,6 +95,9 @@ class ValueTracker(Tracker):
             if self.correction != "none"
             else None
         )
+        # Only the regret check's own reference core has a round to stage.
+        self.stages = self.regret_check is not None and self.regret_check.own is not None
+        self._store = estimator.store if isinstance(estimator, LowRankSGD) else None
         # R̂_n and its variance at the rounds absorbed so far: a read-out of the fixed-n
         # interval and of the sequence at the same round share one pass over the reservoir.
         self._rounds = 0
@@ -102,25 +105,27 @@ class ValueTracker(Tracker):
 
     # ------------------------------------------------------------------ one round
     def snapshot(self, checked: CheckedRound, fingerprint) -> Any:
-        pred = self.predictions(checked.contexts, fingerprint)
+        if self._store is not None:  # the agent's predictions of this round, shared
+            pred = self._store.predict_checked(checked.contexts, fingerprint)
+        else:
+            pred = self.predictions(checked.contexts, fingerprint)
         self.core.check_predictions(pred, checked.propensities)  # 1/(1 - e_t) must exist
-        check = self.regret_check
-        if check is None or check.own is None:  # no check, or a shared reference: no parts
+        if not self.stages:  # no check, or a shared reference: no parts
             return pred, None
-        return pred, check.snapshot(checked.contexts, checked.actions, fingerprint)
+        return pred, self.regret_check.snapshot(checked.contexts, checked.actions, fingerprint)
 
     def stage(self, snapshot, round_: Round):
         predictions, parts = snapshot
-        if parts is None:
-            return predictions, None
         return predictions, self.regret_check.stage(parts, round_)
 
-    def commit(self, staged, round_: Round) -> None:
+    def commit(self, staged, round_: Round) -> dict[str, Any]:
         predictions, regret = staged
         self._rounds += 1
-        self.core.update(predictions, round_)
+        self.core.absorb(predictions, round_.actions, round_.rewards, round_.propensities)
         if self.regret_check is not None:
             self.regret_check.absorb(regret, round_, predictions)
+        estimate, standard_error = self.core.running_values()  # running_info(), n >= 1
+        return {"n_obs": self.core.n_obs, "estimate": estimate, "standard_error": standard_error}
 
     def restored(self) -> None:
         self._rounds += 1  # a new state: R̂_n is read afresh
@@ -136,11 +141,10 @@ class ValueTracker(Tracker):
 
     def running_info(self) -> dict[str, Any]:
         n = self.core.n_obs
-        info: dict[str, Any] = {"n_obs": n}
-        if n:
-            info["estimate"] = self.core.estimate
-            info["standard_error"] = np.sqrt(self.core.S2_V / n)
-        return info
+        if not n:
+            return {"n_obs": n}
+        estimate, standard_error = self.core.running_values()
+        return {"n_obs": n, "estimate": estimate, "standard_error": standard_error}
 
     # ------------------------------------------------------------------ read-out
     def played_regret(self) -> tuple[np.ndarray, np.ndarray] | None:

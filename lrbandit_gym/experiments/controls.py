@@ -1,14 +1,12 @@
 """Negative controls of the validity studies: the parameter core with one part of the
 method removed, whose intervals are invalid by design (docs/method.md §4).
 
-A study that cannot tell them from the method has no power to certify it.  They override
-the core's public hooks (:meth:`inference.LinearFormInference.weight` and
+A study that cannot tell them from the method has no power to certify it.  They switch
+off one of the core's public flags (:attr:`~inference.LinearFormInference.ipw` or
 :attr:`~inference.LinearFormInference.debias`) and never serve for inference.
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 from inference import LinearFormInference
 
@@ -19,8 +17,7 @@ class NoIPW(LinearFormInference):
     """The parameter core with weight 1 in place of ``1/π_t(a_t)``: blind to the bias
     that adaptive sampling causes."""
 
-    def weight(self, action: np.ndarray, propensities: np.ndarray) -> np.ndarray:
-        return np.ones_like(super().weight(action, propensities))
+    ipw = False
 
 
 class NoDebias(LinearFormInference):

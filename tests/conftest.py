@@ -1,7 +1,24 @@
 """Shared test configuration."""
 
+import os
+
 import numpy as np
 import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_blas_thread():
+    """One BLAS thread, in this process and in the interpreters the tests start, as in the
+    library's study workers (``single_threaded_blas``): the tests' products are small, and on
+    a busy machine a second BLAS thread only spins waiting for a core.  A thread count the
+    caller set in ``OPENBLAS_NUM_THREADS`` is kept for the subprocesses."""
+    from threadpoolctl import threadpool_limits
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OPENBLAS_NUM_THREADS", os.environ.get("OPENBLAS_NUM_THREADS", "1"))
+    with threadpool_limits(1, user_api="blas"):
+        yield
+    mp.undo()
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -167,6 +167,7 @@ def test_value_z_scores_are_standard_normal_at_n_300():
     assert 0.72 <= row["z_sd"] <= 1.3, row
     assert row["coverage"] >= 0.85, row
 
-    cold = run_ensemble_study(config.replace(warm_start=0), 16, seed=2024, batch_size=16)
+    # cold: z mean about -2.5 (Monte Carlo s.e. about 0.5 with 8 trials)
+    cold = run_ensemble_study(config.replace(warm_start=0), 8, seed=2024, batch_size=8)
     (cold_row,) = summarize_value(cold)
     assert cold_row["z_mean"] < -0.45, cold_row

@@ -111,7 +111,7 @@ def _fixed_estimate_study(d, r, b_trials, n_rounds, seed, names=("near", "far"))
 def paper_setting():
     """The paper's setting (d = 50, r = 3), B = 300 bandits of 300 rounds, read with the far
     estimate (the near one's calibration is :func:`test_intervals_are_calibrated`'s, at
-    B = 1500)."""
+    B = 800)."""
     return _fixed_estimate_study(D, R, B_TRIALS, N_ROUNDS, seed=2024, names=("far",))
 
 
@@ -139,18 +139,19 @@ def test_debiased_mean_is_unbiased_and_controls_fail(paper_setting):
                 assert abs(paper_setting["plug_in"][i, k] - truth[i, k]) > 8.0 * se_mean
 
 
-#: Replications of the calibration study: the sampling sd of var(z) is sqrt(2/B) = 0.037.
-CALIBRATION_TRIALS = 1500
+#: Replications of the calibration study: the sampling sd of var(z) is sqrt(2/B) = 0.05.
+CALIBRATION_TRIALS = 800
 
 
 @pytest.mark.slow
 def test_intervals_are_calibrated():
-    """The standard error is right to within 10%: var(z) of every arm, target and difference
-    lies in [0.87, 1.13] at B = 1500 in the paper's setting (the band is 1 ± 3.6 sampling
-    sd, sqrt(2/B) = 0.037), while the same z with the standard error x0.9 or x1.1 (var(z)
-    x1.23 or x0.83) falls outside it.  The mean of z is 0 within 4 sampling sd
-    (1/sqrt(B) = 0.026) plus 0.05 for the finite-n bias, and coverage is 0.95 within 4 Monte
-    Carlo s.e. (0.0056).  About 20 s: the near estimate only."""
+    """The standard error is right to within 15%: var(z) of every arm, target and difference
+    lies in [0.82, 1.18] at B = 800 in the paper's setting (the band is 1 ± 3.6 sampling
+    sd, sqrt(2/B) = 0.05), while the same z with the standard error x0.85 or x1.15 (var(z)
+    x1.38 or x0.76) falls outside it; a variance off by a factor 2 (var(z) 0.5 or 2) lies
+    10 sampling sd or more from 1.
+    The mean of z is 0 within 4 sampling sd (1/sqrt(B) = 0.035) plus 0.05 for the finite-n
+    bias, and coverage is 0.95 within 4 Monte Carlo s.e. (0.0077).  The near estimate only."""
     study = _fixed_estimate_study(D, R, CALIBRATION_TRIALS, N_ROUNDS, seed=2024, names=("near",))
     inf, truth = study["infs"]["near"], study["truth"]
     B = CALIBRATION_TRIALS
@@ -167,7 +168,7 @@ def test_intervals_are_calibrated():
     for label, ci, value in cases:
         z = (ci.estimate - value) / ci.standard_error
         assert abs(z.mean()) < 4 / np.sqrt(B) + 0.05, (label, z.mean())
-        assert 0.87 < z.var() < 1.13, (label, z.var())
-        for factor in (0.9, 1.1):  # the band resolves a standard error off by 10%
-            assert not 0.87 < (z / factor).var() < 1.13, (label, factor, (z / factor).var())
+        assert 0.82 < z.var() < 1.18, (label, z.var())
+        for factor in (0.85, 1.15):  # the band resolves a standard error off by 15%
+            assert not 0.82 < (z / factor).var() < 1.18, (label, factor, (z / factor).var())
         assert abs(ci.contains(value).mean() - 0.95) < 4 * mcse, (label, ci.contains(value).mean())

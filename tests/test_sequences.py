@@ -148,10 +148,12 @@ def test_read_outs_offer_the_sequence_with_the_same_estimate_and_standard_error(
 
 @pytest.mark.slow
 def test_a_study_reads_every_round_and_the_sequences_keep_time_uniform_coverage():
-    """The study engine on a small problem, every interval read at every round 300..1000:
-    the sequences keep the truth inside throughout in ~95% of trials, the fixed-n intervals
-    in far fewer."""
+    """The study engine on a small problem, every interval read at every round 180..600
+    (N/n0 = 3.3, the ratio that sets how much reading at every round costs a fixed-n
+    interval), 400 trials: the sequences keep the truth inside throughout in ~95% of trials,
+    the fixed-n intervals in far fewer."""
     from lrbandit_gym.experiments.coverage import summarize_uniform
+    from lrbandit_gym.experiments.montecarlo import chunk_map
     from lrbandit_gym.experiments.studies import StudyConfig, run_study
 
     config = StudyConfig(
@@ -160,20 +162,27 @@ def test_a_study_reads_every_round_and_the_sequences_keep_time_uniform_coverage(
         rank=2,
         noise_std=0.5,
         warm_start=300,
-        checkpoints=(1000,),
-        uniform_from=300,
+        checkpoints=(600,),
+        uniform_from=180,
+        tuning_n=600,
         value=True,
         trace_trials=1,
     )
-    rows = summarize_uniform(run_study(config, n_trials=400, seed=2, batch_size=200))
+    trials = 400
+    mcse = np.sqrt(0.95 * 0.05 / trials)
+    # two chunks of 200 trials, one per core (a chunk's numbers do not depend on where it runs)
+    study = run_study(config, n_trials=trials, seed=2, batch_size=200, map_fn=chunk_map(2))
+    rows = summarize_uniform(study)
     assert len(rows) == 7  # T1, T2 x (arm 0, arm 1, difference), and V*
     for r in rows:
-        assert r["uniform_sequence"] >= 0.95 - 4 * 0.0109, r
-        # V*'s fixed-n interval is bias-aware wherever the regret check flags a round
-        # (docs/method.md §10), which lifts its time-uniform coverage (0.90 here against
-        # 0.77-0.83 for the parameters); it still falls short of the sequence's.
-        gap = 0.05 if r["target"] == "V*" else 0.15
+        assert r["uniform_sequence"] >= 0.95 - 4 * mcse, r
+        # Read at every round, the fixed-n intervals cover throughout in 0.80-0.85 of the
+        # trials here (V*'s in 0.90: its interval is bias-aware wherever the regret check
+        # flags a round, docs/method.md §10), the sequences in 0.98-1.0.  Read at N only,
+        # the two would differ by about 0.05 (0.95 against 0.99-1.0).
+        gap = 0.05 if r["target"] == "V*" else 0.12
         assert r["uniform_fixed"] <= r["uniform_sequence"] - gap, r
+        # tuned at N: the sequence is 1.5486 times as wide there as the fixed-n interval
         assert r["width_ratio"] == pytest.approx(1.5486, abs=1e-3)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
 
 __all__ = ["draw_low_rank_truth", "gaussian_expected_max", "optimal_value", "validate_params"]
 
@@ -109,6 +108,8 @@ def _orthant_probability(cov: np.ndarray) -> float:
         return 0.125 + (math.asin(corr[0, 1]) + math.asin(corr[0, 2]) + math.asin(corr[1, 2])) / (
             4 * math.pi
         )
+    from scipy import stats  # here: scipy.stats is most of the package's import time
+
     # P(W >= 0) = P(-W <= 0) and -W has the same zero-mean law; a fixed rng makes the
     # randomised lattice rule deterministic.
     return float(

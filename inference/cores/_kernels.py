@@ -215,7 +215,7 @@ def absorb_round(
     B = X.shape[0]
     nT = g_in.shape[1]
     D = X.shape[1]
-    j = 0
+    j = np.int64(0)  # not the literal 0: one compiled _hold_trial, not two
     queued = False
     for b in range(B):
         j, q_b = _hold_trial(b, j, bi, ki, U_new, V_new, held, last_U, last_V, ring_U, ring_V, slot)

@@ -433,6 +433,8 @@ def commit(core, terms: RoundTerms) -> None:
             if bi.size > 1 and (np.diff(bi) < 0).any():  # the kernel walks them by trial
                 order = np.argsort(bi, kind="stable")
                 bi, ki, U_new, V_new = bi[order], ki[order], U_new[order], V_new[order]
+            else:  # np.nonzero's strided views: contiguous, so one compiled kernel serves
+                bi, ki = np.ascontiguousarray(bi), np.ascontiguousarray(ki)
             held = s.sum
             W = X if terms.whitened is None else terms.whitened  # the correction's context
             queued = _kernels.absorb_round(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
+from scipy.special import ndtri
 
 __all__ = [
     "MC_LEVEL",
@@ -42,7 +42,7 @@ def coverage_interval(covered, trials, level: float = MC_LEVEL) -> tuple[float, 
     if not n > 0:
         return math.nan, math.nan
     p = float(covered) / n
-    z = float(stats.norm.ppf(0.5 + level / 2))
+    z = float(ndtri(0.5 + level / 2))
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     return max(0.0, centre - half), min(1.0, centre + half)
@@ -120,7 +120,7 @@ def coverage_stats(
 
 def wald_coverage_stats(est, se, truth, confidence_level):
     """:func:`coverage_stats` of the Wald intervals ``est ± z·se``."""
-    z = stats.norm.ppf(0.5 + confidence_level / 2)
+    z = ndtri(0.5 + confidence_level / 2)
     est, se = np.asarray(est, float), np.asarray(se, float)
     return coverage_stats(est, se, est - z * se, est + z * se, truth)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
-from scipy import stats
+from scipy.special import ndtri
 
 from lrbandit_gym.experiments.compare.units import ComparisonSetting
 from lrbandit_gym.experiments.coverage import coverage_interval, format_coverage
@@ -171,7 +171,7 @@ class ComparisonResult:
         return np.asarray(self.setting.checkpoints)
 
     def _z(self) -> float:
-        return float(stats.norm.ppf(0.5 + self.setting.confidence_level / 2))
+        return float(ndtri(0.5 + self.setting.confidence_level / 2))
 
     def quantities(self) -> list[ReportedQuantity]:
         """Every interval of the tables: each ``<M_a, T>``, ``V*``, then every target
@@ -285,6 +285,8 @@ class ComparisonResult:
 
     def summary(self, as_frame: bool | None = None):
         """One row per agent: regret, estimation error, time and inference at a glance."""
+        from scipy.stats import trim_mean  # here: scipy.stats is slow to import
+
         rows = []
         shared = self.shared_trials()
         rounds = self.setting.rounds
@@ -310,7 +312,7 @@ class ComparisonResult:
                     "trials": n,
                     "final_regret_mean": float(final.mean()),
                     "final_regret_se": float(final.std(ddof=1) / np.sqrt(n)) if n > 1 else np.nan,
-                    "final_regret_iqm": float(stats.trim_mean(final, 0.25)),
+                    "final_regret_iqm": float(trim_mean(final, 0.25)),
                     "shared_trials": shared,
                     "shared_regret_mean": float(final[:shared].mean()) if shared else np.nan,
                     "estimation_error": (

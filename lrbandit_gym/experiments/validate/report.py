@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy.special import ndtri
 
 from inference.cores.played_regret import WARN_RATIO
 from inference.cores.weight_share import DESIGN_SHARE_LIMIT, SHARE_LIMIT
@@ -139,7 +139,7 @@ def _cells(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _band_z(m: int, family_level: float) -> float:
-    return float(stats.norm.ppf(1 - (1 - family_level) / (2 * m)))
+    return float(ndtri(1 - (1 - family_level) / (2 * m)))
 
 
 def cell_flag(

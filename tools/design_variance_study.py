@@ -3,8 +3,8 @@
     python tools/design_variance_study.py run completion-default 500 [FIRST_CHUNK] [OUT.npz]
     python tools/design_variance_study.py show OUT.npz [MORE.npz ...]
 
-Runs trials of a grid setting as ``lrbandit validate`` does (chunks of 100, seeds
-``(0, chunk)``, the same stack) and, beside the library's standard error ``σ̂ Ŝ/√n``, computes
+Runs trials of a grid setting as ``lrbandit validate --seed 0`` does (chunks of 100, the
+same seeds and stack, so the same trials) and, beside the library's standard error ``σ̂ Ŝ/√n``, computes
 one with the *all-rounds* design variance
 
     Ŝ²_all,i = (1/n) Σ_t c² <G_{i,t}, X_t>² / π_t(i | X_t)
@@ -63,7 +63,8 @@ def all_rounds_terms(estimator, X, propensities, T, c):
 
 def run_chunk(setting, chunk: int) -> dict[tuple[int, str], tuple[np.ndarray, np.ndarray]]:
     """``{(n, label): (z, z_all)}`` for one chunk of :data:`CHUNK` trials."""
-    env_seed, agent_seed = np.random.SeedSequence([0, chunk]).spawn(2)
+    # The chunk's seed is validate's: the chunk-th child of SeedSequence(0).
+    env_seed, agent_seed = np.random.SeedSequence(0, spawn_key=(chunk,)).spawn(2)
     venv = make_env(setting.env, CHUNK)
     d1, d2, _, K, _ = problem_sizes(venv, setting)
     targets = load_targets(setting.targets, d1, d2)

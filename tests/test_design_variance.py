@@ -6,12 +6,14 @@ import pytest
 
 import lrbandit_gym  # noqa: F401  (registers the environment)
 from agents import EpsilonGreedy
-from inference import LinearFormInference, ParameterInference, build_stack, stack_layers
+from inference import LinearFormInference, ParameterInference, analyze, build_stack, stack_layers
 from inference.cores.design_variance import all_rounds_terms, all_rounds_terms_reference
 from inference.cores.exploration_only import ExplorationOnlyInference
 from lrbandit_gym import engine
+from lrbandit_gym.experiments.cli import main
 from lrbandit_gym.experiments.controls import NoIPW
 from lrbandit_gym.experiments.validate.run import SettingError, validate
+from lrbandit_gym.logs import RecordRounds, make_log, save_log
 from lrbandit_gym.onehot import OneHotContexts
 
 PROJECTIONS = ("tangent", "paper", "none")
@@ -176,3 +178,55 @@ def test_validate_takes_it_and_names_a_wrong_value():
         progress=False,
     )
     assert np.isfinite(result.arrays["standard_error"]).all()
+
+
+@pytest.mark.parametrize(
+    ("context", "observation"), [("gaussian", "matrix"), ("completion", "index")]
+)
+def test_a_log_replayed_by_analyze_gives_the_live_intervals(tmp_path, context, observation):
+    base = gym.make(
+        "MatrixContextBandit-v0", d1=6, d2=5, rank=1, context=context, observation=observation
+    )
+    rec = RecordRounds(base)
+    T = {"T": np.eye(6, 5)}
+    live = ParameterInference(rec, T, 1, warm_start=200, design_variance="all-rounds")
+    agent = EpsilonGreedy(base, rank=1, epsilon=0.3, warm_start=100, seed=0)
+    obs, _ = live.reset(seed=0)
+    for _ in range(700):
+        decision = agent.act(obs)
+        next_obs, reward, *_ = live.step(decision)
+        agent.update(obs, decision, reward)
+        obs = next_obs
+    path = rec.save(tmp_path / "log.npz")
+    replayed = analyze(path, T, rank=1, warm_start=200, value=False, design_variance="all-rounds")
+    pulled = analyze(path, T, rank=1, warm_start=200, value=False)
+    for (label, a), (_, b), (_, c) in zip(
+        live.results(), replayed.results, pulled.results, strict=True
+    ):
+        np.testing.assert_allclose(b.standard_error, a.standard_error, rtol=1e-10, err_msg=label)
+        assert b.estimate == c.estimate and b.standard_error != c.standard_error, label
+
+
+def test_analyze_needs_the_pmf_and_the_cli_names_the_option(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    n = 400
+    actions = rng.integers(2, size=n)
+    log = make_log(
+        rng.normal(size=(n, 4, 3)),
+        actions,
+        rng.normal(size=n),
+        propensities=np.full(n, 0.5),
+        n_actions=2,
+    )
+    with pytest.raises(ValueError, match="log the 'pmf' column"):
+        analyze(log, {"T": np.eye(4, 3)}, rank=1, warm_start=100, value=False,
+                design_variance="all-rounds")  # fmt: skip
+    path = save_log(log, tmp_path / "log.npz")
+    code = None
+    try:
+        code = main(["analyze", str(path), "--rank", "1", "--warm-start", "100", "--no-value",
+                     "--target", "T=eye", "--design-variance", "all-rounds"])  # fmt: skip
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    assert "argument --design-variance" in capsys.readouterr().err

@@ -59,12 +59,14 @@ def _play(core, rng, rounds, *, moving=True, probs=None):
     return ref
 
 
-@pytest.mark.parametrize("name", ["numba", "numpy"])
-def test_the_core_adds_every_rounds_terms_and_changes_nothing_else(name):
+@pytest.mark.parametrize(
+    ("name", "projection"), [("numba", "tangent"), ("numpy", "tangent"), ("numpy", "none")]
+)
+def test_the_core_adds_every_rounds_terms_and_changes_nothing_else(name, projection):
     targets = {"T1": np.eye(6, 5), "T2": np.arange(30.0).reshape(6, 5) / 30}
     with engine.use(name):
         cores = {
-            dv: LinearFormInference(6, 5, 2, 3, targets, design_variance=dv)
+            dv: LinearFormInference(6, 5, 2, 3, targets, design_variance=dv, projection=projection)
             for dv in ("pulled", "all-rounds")
         }
         refs = {dv: _play(core, np.random.default_rng(1), 60) for dv, core in cores.items()}

@@ -233,8 +233,10 @@ def propose(core, round_: Round, estimate: PulledEstimate, weight=None) -> Round
     if core.design_variance == "all-rounds":
         _require_all_rounds_inputs(core, factors)
     if core.projection == "none":
-        terms = _propose_unprojected(core, estimate, X, action, reward, weight)
-        return _with_design(core, terms._replace(factors=factors))
+        terms = _propose_unprojected(core, estimate, X, action, reward, weight)._replace(
+            factors=factors
+        )
+        return terms if core.design_variance == "pulled" else _with_design(core, terms)
     changes, Ua, Va, products, balanced = estimate
     one_hot = isinstance(X, OneHotContexts)
     compiled = balanced and products is not None and engine.compiled()

@@ -151,6 +151,7 @@ def analyze(
     point_estimate: str = "one-step",
     correction: str = "auto",
     context_law: Any = None,
+    design_variance: str = "pulled",
     **sgd_kwargs,
 ) -> AnalysisResult:
     """Every interval the inference wrappers give live, computed from a log.
@@ -194,6 +195,9 @@ def analyze(
         (any dense law: images, correlated or scaled features).  The contexts are checked
         against it and a read-out warns (:class:`~inference.ContextLawWarning`) where they
         do not match.
+    design_variance : {"pulled", "all-rounds"}, default "pulled"
+        As for :class:`~inference.ParameterInference` (docs/method.md §13); "all-rounds"
+        reads every arm's propensity in every round, so it needs the ``pmf`` column.
     **sgd_kwargs
         ``step_scale``, ``step_offset``, ``step_decay`` of the estimator.
 
@@ -224,6 +228,12 @@ def analyze(
             f"contexts); got {rank!r}"
         )
     has_pmf = "pmf" in checked
+    if not has_pmf and design_variance == "all-rounds":
+        raise ValueError(
+            "design_variance='all-rounds' reads every arm's propensity in every round, and "
+            "the log has only the chosen arm's: log the 'pmf' column, or pass "
+            "design_variance='pulled'"
+        )
     if not has_pmf and (value or policies):
         need = ["V* (value=True)"] if value else []
         need += ["target policies (policies=)"] if policies else []
@@ -260,6 +270,7 @@ def analyze(
         projection=projection,
         point_estimate=point_estimate,
         context_law=context_law,
+        design_variance=design_variance,
         correction=correction,
         **sgd_kwargs,
     )

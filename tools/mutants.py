@@ -324,6 +324,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_context_law.py",),
     ),
     Mutant(
+        "all_rounds_design_unweighted",
+        "design_variance='all-rounds' adds c²<G_i, X_t>² without arm i's 1/π_t(i)",
+        "inference/cores/design_variance.py",
+        "    return (c * c) * gx * gx * factors[:, :, None]",
+        "    return (c * c) * gx * gx",
+        ("tests/test_design_variance.py",),
+    ),
+    Mutant(
         "robust_variance_dropped",
         "under a law other than the paper's, the standard error is the paper's product form",
         "inference/cores/linear_form_readout.py",

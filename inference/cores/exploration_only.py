@@ -68,6 +68,7 @@ class ExplorationOnlyInference(LinearFormCore):
     pull_kind = " in an exploration round"
     pull_noun = "exploration pull"
     method_name = "exploration-only debiased low-rank estimate (Table 3 baseline)"
+    all_rounds_design = False  # its weight is the exploration rounds', not 1/π_t(i)
 
     def update(
         self,

@@ -41,6 +41,7 @@ import numpy as np
 
 from inference.cores import linear_form_readout, linear_form_round, linear_form_state
 from inference.cores.checks import check_batch_vector, check_factors, check_n_trials, check_targets
+from inference.cores.design_variance import DESIGN_VARIANCES
 from inference.cores.linear_form_round import check_estimate_scale
 from inference.cores.linear_form_state import LinearFormState
 from inference.cores.projection_choice import PROJECTIONS, choose_projection
@@ -111,6 +112,9 @@ class LinearFormCore:
     debias: bool = True
     #: Whether a round's weight is ``1/π_t(a_t)``; a negative control weighs every round 1.
     ipw: bool = True
+    #: Whether the core's rounds allow ``design_variance="all-rounds"`` (every arm's
+    #: ``1/π_t(i)`` is the weight its design term would have had).
+    all_rounds_design: bool = True
 
     def __init__(
         self,
@@ -126,6 +130,7 @@ class LinearFormCore:
         n_trials: int | None = None,
         context_law: Any = None,
         check_contexts: bool = True,
+        design_variance: str = "pulled",
     ) -> None:
         self.d1 = check_positive_int(d1, "d1")
         self.d2 = check_positive_int(d2, "d2")
@@ -177,6 +182,22 @@ class LinearFormCore:
         self.robust = self.c is None
         if not isinstance(check_contexts, bool):
             raise ValueError(f"check_contexts must be True or False; got {check_contexts!r}")
+        design_variance = check_choice(design_variance, "design_variance", DESIGN_VARIANCES)
+        if design_variance == "all-rounds" and not (self.ipw and self.all_rounds_design):
+            raise ValueError(
+                f"design_variance='all-rounds' weighs every round by 1/π_t(i); "
+                f"{type(self).__name__} weighs its rounds otherwise: pass "
+                "design_variance='pulled'"
+            )
+        if design_variance == "all-rounds" and self.c is None:
+            raise ValueError(
+                f"design_variance='all-rounds' supports the laws with Σ = I/c (the "
+                f"'gaussian' and 'completion' contexts' own); got context_law "
+                f"{law.describe()}: pass design_variance='pulled'"
+            )
+        #: The design part of the variance: "pulled" (eq. (14)) or "all-rounds"
+        #: (:mod:`inference.cores.design_variance`, docs/method.md §13).
+        self.design_variance = design_variance
         self.check_contexts = check_contexts
         B = 1 if self.n_trials is None else self.n_trials
         #: The running sums and what a round reads with them (linear_form_state).
@@ -313,6 +334,15 @@ class LinearFormInference(LinearFormCore):
         Check every round's context against the law (:mod:`inference.cores.context_check`) and
         warn (:class:`~inference.cores.context_check.ContextLawWarning`) at a read-out where they
         do not match.
+    design_variance : {"pulled", "all-rounds"}, default "pulled"
+        The design part ``Ŝ²`` of the standard error (:mod:`inference.cores.design_variance`,
+        docs/method.md §13): "pulled" is eq. (14), ``(1/n) Σ_t 1{a_t=i}/π_t(i)² c²<G_t,
+        X_t>²``; "all-rounds" is ``(1/n) Σ_t c²<G_{i,t}, X_t>²/π_t(i)`` over every round,
+        with the same conditional mean and far less noise where few rounds pull the arm
+        (an arm explored with probability ``ε/K``, a single-entry completion target).  For
+        policies with an exploration floor: where an arm's propensity is tiny in some
+        contexts it gives far too wide an interval.  It needs dense contexts, every arm's
+        propensity positive in every round, and a law with ``Σ = I/c``.
     projection : {"auto", "tangent", "paper", "none"}, default "auto"
         ``G_t`` in ``S^2``: "paper" is ``P_U⊥ T P_V + P_U T P_V⊥`` (eq. (14));
         "tangent" is the full tangent-space projection ``T - P_U⊥ T P_V⊥``, which also keeps

@@ -29,6 +29,7 @@ import numpy as np
 
 from agents.estimator.products import one_hot_products
 from inference.cores.checks import check_matrix_stack
+from inference.cores.design_variance import all_rounds_terms
 from inference.cores.tangent_space import pulled_arm_terms
 from lrbandit_gym import engine
 from lrbandit_gym.context_law import EntryLaw
@@ -102,6 +103,9 @@ class RoundTerms(NamedTuple):
     scale: Any = None
     """The correction's scalar per trial (B,) under such a law (1 for a whitened dense
     context, ``1/p_jk`` for an entry law); None for the core's ``c``."""
+    design: Any = None
+    """With ``design_variance="all-rounds"``: the round's ``c² <G_{i,t}, X_t>²/π_t(i)`` of
+    every arm and target (B, K, n_T), added to ``n Ŝ²`` in place of eq. (14)'s term."""
 
 
 def check_estimate_scale(U: np.ndarray, V: np.ndarray, batched: bool) -> None:
@@ -226,9 +230,13 @@ def propose(core, round_: Round, estimate: PulledEstimate, weight=None) -> Round
             with np.errstate(divide="ignore"):  # a zero propensity: an infinite factor
                 factors = 1.0 / props
         weight = factors[s.trials, action] if core.ipw else np.ones(s.B)  # w_t = 1/π_t(a_t)
+    if core.design_variance == "all-rounds":
+        _require_all_rounds_inputs(core, factors)
     if core.projection == "none":
-        terms = _propose_unprojected(core, estimate, X, action, reward, weight)
-        return terms._replace(factors=factors)
+        terms = _propose_unprojected(core, estimate, X, action, reward, weight)._replace(
+            factors=factors
+        )
+        return terms if core.design_variance == "pulled" else _with_design(core, terms)
     changes, Ua, Va, products, balanced = estimate
     one_hot = isinstance(X, OneHotContexts)
     compiled = balanced and products is not None and engine.compiled()
@@ -280,9 +288,46 @@ def propose(core, round_: Round, estimate: PulledEstimate, weight=None) -> Round
             bad = _refused(s, action, weight, res, g, core.c)
     if bad >= 0:
         _refuse(core, bad, action, observed, weight, res, g)
-    return RoundTerms(
+    terms = RoundTerms(
         changes, X, action, weight, res, g, compiled, core.position, factors, whitened
     )
+    return terms if core.design_variance == "pulled" else _with_design(core, terms)
+
+
+def _require_all_rounds_inputs(core, factors) -> None:
+    """Refuse a round ``design_variance="all-rounds"`` cannot read: an arm with propensity 0
+    (its term would be infinite)."""
+    bad = ~np.isfinite(factors)
+    if bad.any():
+        b, a = (int(i[0]) for i in np.nonzero(bad))
+        where = f" in trial {b}" if core.batched else ""
+        raise ValueError(
+            f"design_variance='all-rounds' divides by every arm's propensity; arm {a}'s is 0"
+            f"{where}: every arm needs a positive propensity (or pass "
+            "design_variance='pulled'); nothing was changed"
+        )
+
+
+def _with_design(core, terms: RoundTerms) -> RoundTerms:
+    """``terms`` with the round's all-rounds design terms, every arm's factors being those
+    the core holds updated by the round's changes (the estimates before the round)."""
+    s = core.state
+    held = s.sum
+    U, V = held.last_U.copy(), held.last_V.copy()
+    bi, ki, U_new, V_new = terms.changes[:4]
+    U[bi, ki], V[bi, ki] = U_new, V_new
+    with np.errstate(over="ignore", invalid="ignore"):
+        design = all_rounds_terms(U, V, terms.X, s.T, terms.factors, core.c, core.projection)
+        ok = np.isfinite(s.S2_sum + design).all(axis=(1, 2))
+    if not ok.all():
+        b = int(np.argmin(ok))
+        where = f" (trial {b})" if core.batched else ""
+        raise ValueError(
+            f"the round cannot be absorbed{where}: an arm's design term c²<G, X_t>²/π_t "
+            "overflows the running sum of S^2 (design_variance='all-rounds'); nothing was "
+            "changed: rescale the contexts and estimates to order 1"
+        )
+    return terms._replace(design=design)
 
 
 def _propose_whitened(core, estimate, X, action, reward, weight) -> RoundTerms:
@@ -417,6 +462,8 @@ def commit(core, terms: RoundTerms) -> None:
     s = core.state
     changes, X, action, weight, res, g = terms[:6]
     debias = core.debias
+    # The all-rounds design terms replace eq. (14)'s, which the paths below add.
+    design_sum = None if terms.design is None else s.S2_sum + terms.design
     if core.check_contexts:
         s.check.add(X)  # against the law before this round (context_check)
     if terms.compiled:
@@ -469,6 +516,8 @@ def commit(core, terms: RoundTerms) -> None:
         s.V_sum[np.arange(s.B), action] += term * term
     if s.whitener.estimated:
         s.whitener.observe(X)
+    if design_sum is not None:
+        s.S2_sum[...] = design_sum
     n = core.n_obs + 1
     core.n_obs = n
     core.position = (n, core.position[1])

@@ -45,6 +45,7 @@ def build_stack(
     point_estimate: str = "one-step",
     context_law=None,
     check_contexts: bool = True,
+    design_variance: str = "pulled",
     propensities: str = "known",
     correction: str = "auto",
     regret_reservoir: int | None = None,
@@ -71,7 +72,7 @@ def build_stack(
         rank ``rank`` warm-started on ``warm_start`` rounds, which the innermost preset
         runs and the others share.  ``propensity_fn`` as in
         :class:`~inference.ParameterInference`.
-    projection, point_estimate, context_law, check_contexts
+    projection, point_estimate, context_law, check_contexts, design_variance
         Of the parameter preset (:class:`~inference.ParameterInference`).
     propensities, correction, regret_reservoir
         Of the ``V*`` preset (:class:`~inference.ValueInference`).
@@ -129,6 +130,7 @@ def build_stack(
             point_estimate=point_estimate,
             context_law=context_law,
             check_contexts=check_contexts,
+            design_variance=design_variance,
             **own,
         )
         own = {}

@@ -58,6 +58,7 @@ class _ParameterInferenceBase(InferenceWrapperBase):
         warm_start=None,
         context_law=None,
         check_contexts: bool = True,
+        design_variance: str = "pulled",
         **sgd_kwargs,
     ):
         self._open(
@@ -71,6 +72,7 @@ class _ParameterInferenceBase(InferenceWrapperBase):
             warm_start=warm_start,
             context_law=context_law,
             check_contexts=check_contexts,
+            design_variance=design_variance,
             **sgd_kwargs,
         )
         law = getattr(env.unwrapped, "context_law", None) if context_law is None else context_law
@@ -81,6 +83,7 @@ class _ParameterInferenceBase(InferenceWrapperBase):
             point_estimate=point_estimate,
             context_law=law,
             check_contexts=check_contexts,
+            design_variance=design_variance,
         )
         self._attach(env, tracker, rank, estimator, propensity_fn, warm_start, sgd_kwargs)
         self.target_names = self.tracker.target_names
@@ -166,6 +169,11 @@ class ParameterInference(_ParameterInferenceBase, gym.Wrapper, RecordConstructor
     check_contexts : bool, default True
         Check the contexts against the law every round; a read-out where they do not match
         warns (:class:`~inference.ContextLawWarning`).
+    design_variance : {"pulled", "all-rounds"}, default "pulled"
+        The design part ``Ŝ²`` of the standard error: eq. (14) over the rounds that pulled
+        the arm, or its all-rounds version from every round's context and the arm's
+        propensity in it (for policies with an exploration floor and dense contexts,
+        docs/method.md §13); see :class:`inference.LinearFormInference`.
     **sgd_kwargs
         ``step_scale``, ``step_offset``, ``step_decay`` of the own estimator.
 

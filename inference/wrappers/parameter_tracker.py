@@ -35,7 +35,7 @@ class ParameterTracker(Tracker):
         As for :class:`~inference.wrappers.tracker.Tracker`.
     targets : mapping of str to array (d1, d2)
         The linear forms ``T``, by name.
-    projection, point_estimate, context_law, check_contexts
+    projection, point_estimate, context_law, check_contexts, design_variance
         As for :class:`~inference.LinearFormInference`.
     """
 
@@ -52,6 +52,7 @@ class ParameterTracker(Tracker):
         point_estimate: str,
         context_law,
         check_contexts: bool,
+        design_variance: str = "pulled",
     ) -> None:
         super().__init__(shape, estimator, own)
         self.core = LinearFormInference(
@@ -66,6 +67,7 @@ class ParameterTracker(Tracker):
             n_trials=self.n_trials,
             context_law=context_law,
             check_contexts=check_contexts,
+            design_variance=design_variance,
         )
         self.target_names = self.core.target_names
 

@@ -238,6 +238,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "tangent; docs/method.md §12",
     )
     p.add_argument(
+        "--design-variance",
+        choices=["pulled", "all-rounds"],
+        default="pulled",
+        help="the design part of the parameter intervals' standard error: pulled (default, "
+        "eq. (14)) or all-rounds (every round's context and every arm's propensity, which "
+        "needs the log's pmf column; for logging policies with an exploration floor); "
+        "docs/method.md §13",
+    )
+    p.add_argument(
         "--kind",
         choices=["fixed", "sequence"],
         default="fixed",
@@ -281,6 +290,7 @@ def run(args: argparse.Namespace) -> int:
             tuning_n=tuning_n,
             context_law=args.context_law,
             projection=args.projection,
+            design_variance=args.design_variance,
         )
     except LogFormatError as exc:
         args.parser.error(f"argument log: {exc}")
@@ -289,6 +299,8 @@ def run(args: argparse.Namespace) -> int:
             args.parser.error(f"argument --warm-start: {exc}")
         if str(exc).startswith("context_law"):
             args.parser.error(f"argument --context-law: {exc}")
+        if str(exc).startswith("design_variance"):
+            args.parser.error(f"argument --design-variance: {exc}")
         print(f"lrbandit analyze: {exc}", file=sys.stderr)
         return EXIT_FAILED
     law = args.context_law or str(log["context_law"])

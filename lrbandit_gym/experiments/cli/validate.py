@@ -68,6 +68,7 @@ _OPTIONS = {
     "tuning_n": "--tuning-n",
     "context_law": "--context-law",
     "projection": "--projection",
+    "design_variance": "--design-variance",
     "env.context_std": "--context-std",
     "env.context_corr": "--context-corr",
     "trials": "--trials",
@@ -176,6 +177,14 @@ def _add_inference_arguments(inf) -> None:
         help="the parameter intervals' read-out (default auto: none, the debiased mean "
         "without the low-rank step, where the contexts barely vary along some directions, "
         "else tangent; docs/method.md §12)",
+    )
+    inf.add_argument(
+        "--design-variance",
+        choices=["pulled", "all-rounds"],
+        help="the design part of the parameter intervals' standard error (default pulled: "
+        "eq. (14) over the rounds that pulled the arm; all-rounds: from every round's "
+        "context and the arm's propensity in it, for policies with an exploration floor; "
+        "docs/method.md §13)",
     )
     inf.add_argument(
         "--tuning-n",

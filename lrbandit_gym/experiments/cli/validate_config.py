@@ -81,6 +81,7 @@ CONFIG_KEYS = (
     "tuning_n",
     "context_law",
     "projection",
+    "design_variance",
     "out",
     "env",
     "policy",
@@ -100,6 +101,7 @@ _FIELD_KEYS = (
     "tuning_n",
     "context_law",
     "projection",
+    "design_variance",
 )
 
 #: TOML keys with a fixed type: (Python types, what to say).  The setting's own checks
@@ -122,6 +124,7 @@ _CONFIG_TYPES = {
     "estimator": ((str,), "a string"),
     "context_law": ((str,), "a string"),
     "projection": ((str,), "a string"),
+    "design_variance": ((str,), "a string"),
     "out": ((str,), "a string (a folder)"),
 }
 #: The largest integer a TOML file can hold (TOML integers are 64-bit).
@@ -343,6 +346,7 @@ def _apply_command_line(choices: _Choices, args: argparse.Namespace) -> None:
         ("tuning_n", args.tuning_n),
         ("context_law", args.context_law),
         ("projection", args.projection),
+        ("design_variance", args.design_variance),
     ):
         if value is not None:
             choices.fields[key] = value

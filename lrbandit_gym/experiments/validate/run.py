@@ -140,6 +140,13 @@ def check_setting(setting: ValidationSetting) -> dict[str, np.ndarray]:
         raise SettingError(
             "projection", f"projection must be one of {PROJECTIONS}; got {setting.projection!r}"
         )
+    from inference.cores.design_variance import DESIGN_VARIANCES
+
+    if setting.design_variance is not None and setting.design_variance not in DESIGN_VARIANCES:
+        raise SettingError(
+            "design_variance",
+            f"design_variance must be one of {DESIGN_VARIANCES}; got {setting.design_variance!r}",
+        )
     if not isinstance(setting.value, bool):
         raise SettingError("value", f"value must be true or false; got {setting.value!r}")
     try:
@@ -523,6 +530,7 @@ def validate(
     backend: str = "local",
     context_law: str | None = None,
     projection: str | None = None,
+    design_variance: str | None = None,
 ) -> ValidationResult:
     """Monte Carlo check of the intervals' coverage in any setting.
 
@@ -557,6 +565,9 @@ def validate(
         The parameter intervals' law (default the env's; docs/method.md §1).
     projection : {"auto", "tangent", "paper", "none"}, optional
         The parameter intervals' read-out (default the wrappers', "auto"; docs/method.md §12).
+    design_variance : {"pulled", "all-rounds"}, optional
+        The parameter intervals' design variance (default the wrappers', "pulled";
+        docs/method.md §13).
 
     Returns
     -------
@@ -597,6 +608,7 @@ def validate(
         tuning_n=tuning_n,
         context_law=context_law,
         projection=projection,
+        design_variance=design_variance,
     )
     return run_validation(
         setting,

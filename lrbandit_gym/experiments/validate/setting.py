@@ -127,6 +127,9 @@ class ValidationSetting:
     projection : str, optional
         The parameter intervals' read-out (default the wrappers', ``"auto"``; ``"none"``:
         the debiased mean without the low-rank step, docs/method.md §12).
+    design_variance : str, optional
+        The parameter intervals' design variance (default the wrappers', ``"pulled"``;
+        ``"all-rounds"``: docs/method.md §13).
     description : str
         A line saying what the setting is for (the grid's).
     """
@@ -144,6 +147,7 @@ class ValidationSetting:
     tuning_n: int | None = None
     context_law: str | None = None
     projection: str | None = None
+    design_variance: str | None = None
     description: str = ""
 
     def replace(self, **changes) -> ValidationSetting:
@@ -161,6 +165,7 @@ class ValidationSetting:
             f"; n = {', '.join(map(str, self.n))}; estimator {self.estimator}"
             + (f"; context law {self.context_law}" if self.context_law else "")
             + (f"; projection {self.projection}" if self.projection else "")
+            + (f"; design variance {self.design_variance}" if self.design_variance else "")
         )
 
 

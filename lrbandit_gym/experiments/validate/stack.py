@@ -62,7 +62,11 @@ class InferenceStack:
         own.update({} if shared else sgd_kwargs(setting))
         est = {"estimator": agent.estimator} if shared else {}
         # The parameter read-outs' options the setting gives (else the wrappers' defaults).
-        given = {"context_law": setting.context_law, "projection": setting.projection}
+        given = {
+            "context_law": setting.context_law,
+            "projection": setting.projection,
+            "design_variance": setting.design_variance,
+        }
         options = {key: value for key, value in given.items() if value is not None}
         # Two fixed targets whose values are exact for any context law: always arm 0 (far
         # from the logging policy wherever arm 0 is not greedy) and uniform.  Only with V*

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import lrbandit_gym  # noqa: F401  (registers the environment)
-from agents import EpsilonGreedy
+from agents import EpsilonGreedy, play
 from inference import LinearFormInference, ParameterInference, analyze, build_stack, stack_layers
 from inference.cores.design_variance import all_rounds_terms, all_rounds_terms_reference
 from inference.cores.exploration_only import ExplorationOnlyInference
@@ -143,6 +143,16 @@ def test_a_zero_propensity_is_refused_before_any_change():
         np.testing.assert_array_equal(getattr(core.state, k), v)
 
 
+def test_a_design_term_that_overflows_is_refused_before_any_change():
+    core = LinearFormInference(4, 3, 1, 2, {"T": np.eye(4, 3)}, design_variance="all-rounds")
+    rng = np.random.default_rng(0)
+    U, V = rng.normal(size=(2, 4, 1)), rng.normal(size=(2, 3, 1))
+    X = rng.normal(size=(4, 3)) * 1e60  # admissible; c²<G, X>²/π = 1e120/1e-200 is not
+    with pytest.raises(ValueError, match="overflows the running sum of S\\^2"):
+        core.update(U, V, X, action=0, reward=0.1, propensities=[1 - 1e-200, 1e-200])
+    assert core.n_obs == 0 and not core.state.S2_sum.any()
+
+
 def test_the_wrappers_and_the_builder_pass_it_to_the_core():
     env = gym.make("MatrixContextBandit-v0", d1=5, d2=5, rank=1, n_actions=2, truth_seed=0)
     agent = EpsilonGreedy(env, rank=1, warm_start=100, seed=0)
@@ -157,12 +167,7 @@ def test_the_wrappers_and_the_builder_pass_it_to_the_core():
         design_variance="all-rounds",
     )
     assert stack_layers(stack)["parameters"].core.design_variance == "all-rounds"
-    obs, _ = wrapped.reset(seed=0)
-    for _ in range(300):
-        decision = agent.act(obs)
-        next_obs, reward, *_ = wrapped.step(decision)
-        agent.update(obs, decision, reward)
-        obs = next_obs
+    play(wrapped, agent, 300, seed=0)
     assert np.isfinite(wrapped.interval(0, "T").standard_error)
 
 
@@ -193,12 +198,7 @@ def test_a_log_replayed_by_analyze_gives_the_live_intervals(tmp_path, context, o
     T = {"T": np.eye(6, 5)}
     live = ParameterInference(rec, T, 1, warm_start=200, design_variance="all-rounds")
     agent = EpsilonGreedy(base, rank=1, epsilon=0.3, warm_start=100, seed=0)
-    obs, _ = live.reset(seed=0)
-    for _ in range(700):
-        decision = agent.act(obs)
-        next_obs, reward, *_ = live.step(decision)
-        agent.update(obs, decision, reward)
-        obs = next_obs
+    play(live, agent, 700, seed=0)
     path = rec.save(tmp_path / "log.npz")
     replayed = analyze(path, T, rank=1, warm_start=200, value=False, design_variance="all-rounds")
     pulled = analyze(path, T, rank=1, warm_start=200, value=False)

@@ -31,6 +31,7 @@ from agents.estimator.products import one_hot_products
 from inference.cores.checks import check_matrix_stack
 from inference.cores.design_variance import all_rounds_terms
 from inference.cores.tangent_space import pulled_arm_terms
+from inference.results import trials_phrase
 from lrbandit_gym import engine
 from lrbandit_gym.context_law import EntryLaw
 from lrbandit_gym.input_checks import MAX_MAGNITUDE
@@ -303,7 +304,7 @@ def _require_all_rounds_inputs(core, factors) -> None:
         where = f" in trial {b}" if core.batched else ""
         raise ValueError(
             f"design_variance='all-rounds' divides by every arm's propensity; arm {a}'s is 0"
-            f"{where}: every arm needs a positive propensity (or pass "
+            f" or too small to invert{where}: every arm needs a positive propensity (or pass "
             "design_variance='pulled'); nothing was changed"
         )
 
@@ -318,14 +319,13 @@ def _with_design(core, terms: RoundTerms) -> RoundTerms:
     U[bi, ki], V[bi, ki] = U_new, V_new
     with np.errstate(over="ignore", invalid="ignore"):
         design = all_rounds_terms(U, V, terms.X, s.T, terms.factors, core.c, core.projection)
-        ok = np.isfinite(s.S2_sum + design).all(axis=(1, 2))
-    if not ok.all():
-        b = int(np.argmin(ok))
-        where = f" (trial {b})" if core.batched else ""
+        overflow = ~np.isfinite(s.S2_sum + design).all(axis=(1, 2))
+    if overflow.any():  # nothing was written: the round is refused whole
         raise ValueError(
-            f"the round cannot be absorbed{where}: an arm's design term c²<G, X_t>²/π_t "
-            "overflows the running sum of S^2 (design_variance='all-rounds'); nothing was "
-            "changed: rescale the contexts and estimates to order 1"
+            "the round cannot be absorbed: an arm's design term c²<G, X_t>²/π_t overflows "
+            f"the running sum of S^2 (design_variance='all-rounds')"
+            f"{trials_phrase(overflow, core.batched)}; nothing was changed: rescale the "
+            "contexts and estimates to order 1"
         )
     return terms._replace(design=design)
 

@@ -244,3 +244,19 @@ def test_analyze_needs_the_pmf_and_the_cli_names_the_option(tmp_path, capsys):
         code = exc.code
     assert code == 2
     assert "argument --design-variance" in capsys.readouterr().err
+
+
+def test_a_state_loads_only_into_a_core_of_the_same_design_variance():
+    targets = {"T": np.eye(4, 3)}
+    rng = np.random.default_rng(0)
+    U, V = rng.normal(size=(2, 4, 1)), rng.normal(size=(2, 3, 1))
+    every = LinearFormInference(4, 3, 1, 2, targets, design_variance="all-rounds")
+    every.update(U, V, rng.normal(size=(4, 3)), action=0, reward=0.1, propensities=[0.5, 0.5])
+    state = every.state_dict()
+    pulled = LinearFormInference(4, 3, 1, 2, targets)
+    with pytest.raises(ValueError, match="design_variance"):
+        pulled.load_state_dict(state)
+    assert pulled.n_obs == 0
+    again = LinearFormInference(4, 3, 1, 2, targets, design_variance="all-rounds")
+    again.load_state_dict(state)
+    np.testing.assert_array_equal(again.state.S2_sum, every.state.S2_sum)

@@ -26,7 +26,9 @@ from inference.cores.weight_share import WeightShare
 
 __all__ = ["LinearFormState", "load_state_dict", "state_dict", "validate_state_dict"]
 
-_CONFIG = tuple("kind d1 d2 rank n_actions n_trials context context_law projection".split())
+_CONFIG = tuple(
+    "kind d1 d2 rank n_actions n_trials context context_law projection design_variance".split()
+)
 _ARRAYS = ("acc", "held", "last_U", "last_V", "ring_U", "ring_V", "sigma_sum", "S2_sum", "V_sum")
 
 
@@ -92,6 +94,7 @@ def state_dict(core) -> dict[str, Any]:
         "context": core.context,
         "context_law": core.context_law.name,
         "projection": core.projection,
+        "design_variance": core.design_variance,
         "target_names": list(s.names),
         "targets": s.T.copy(),
         "n": int(core.n_obs),

@@ -260,3 +260,12 @@ def test_a_state_loads_only_into_a_core_of_the_same_design_variance():
     again = LinearFormInference(4, 3, 1, 2, targets, design_variance="all-rounds")
     again.load_state_dict(state)
     np.testing.assert_array_equal(again.state.S2_sum, every.state.S2_sum)
+
+
+def test_validate_names_the_option_a_law_cannot_take(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--grid", "scaled", "--trials", "4", "--design-variance", "all-rounds"])
+    assert exc.value.code == 2
+    assert "argument --design-variance: design_variance='all-rounds' supports" in (
+        capsys.readouterr().err
+    )

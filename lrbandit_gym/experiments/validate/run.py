@@ -176,8 +176,15 @@ def check_setting(setting: ValidationSetting) -> dict[str, np.ndarray]:
     except SettingError:
         raise
     except ValueError as exc:
-        raise SettingError("estimator", str(exc)) from None
+        # A read-out option the stack refuses names itself first; the rest is the estimator's.
+        m = re.match(r"^(\w+)", str(exc))
+        key = m.group(1) if m and m.group(1) in _READOUT_FIELDS else "estimator"
+        raise SettingError(key, str(exc)) from None
     return targets
+
+
+#: The parameter read-out's fields of a setting, which the stack's refusals name first.
+_READOUT_FIELDS = ("context_law", "projection", "design_variance")
 
 
 def _chunk_bytes(setting: ValidationSetting) -> int:

@@ -151,7 +151,7 @@ def analyze(
     point_estimate: str = "one-step",
     correction: str = "auto",
     context_law: Any = None,
-    design_variance: str = "pulled",
+    design_variance: str = "auto",
     **sgd_kwargs,
 ) -> AnalysisResult:
     """Every interval the inference wrappers give live, computed from a log.
@@ -195,9 +195,10 @@ def analyze(
         (any dense law: images, correlated or scaled features).  The contexts are checked
         against it and a read-out warns (:class:`~inference.ContextLawWarning`) where they
         do not match.
-    design_variance : {"pulled", "all-rounds"}, default "pulled"
-        As for :class:`~inference.ParameterInference` (docs/method.md §13); "all-rounds"
-        reads every arm's propensity in every round, so it needs the ``pmf`` column.
+    design_variance : {"auto", "pulled", "all-rounds"}, default "auto"
+        As for :class:`~inference.ParameterInference` (docs/method.md §13).  "auto" and
+        "all-rounds" read every arm's propensity in every round: "all-rounds" needs the
+        ``pmf`` column, and "auto" is eq. (14)'s "pulled" on a log without it.
     **sgd_kwargs
         ``step_scale``, ``step_offset``, ``step_decay`` of the estimator.
 
@@ -228,6 +229,8 @@ def analyze(
             f"contexts); got {rank!r}"
         )
     has_pmf = "pmf" in checked
+    if not has_pmf and design_variance == "auto":  # no other arm's propensity to read
+        design_variance = "pulled"
     if not has_pmf and design_variance == "all-rounds":
         raise ValueError(
             "design_variance='all-rounds' reads every arm's propensity in every round, and "

@@ -235,10 +235,12 @@ def _targets():
     return {"e11": e, "dense": np.arange(D1 * D2).reshape(D1, D2) / (D1 * D2)}
 
 
-def _watched_run(observation, eng, rounds=900, warm=300):
+def _watched_run(observation, eng, rounds=900, warm=300, design_variance="auto"):
     env = completion_env(observation)
     agent = EpsilonGreedy(env, rank=R, warm_start=warm, seed=1, step_scale=0.05 / (D1 * D2))
-    params = ParameterInference(env, _targets(), estimator=agent.estimator)
+    params = ParameterInference(
+        env, _targets(), estimator=agent.estimator, design_variance=design_variance
+    )
     wrapped = ValueInference(params, estimator=agent.estimator)
     history = []
     with engine.use(eng), warnings.catch_warnings():
@@ -261,9 +263,10 @@ def _watched_run(observation, eng, rounds=900, warm=300):
 @pytest.mark.parametrize("eng", ENGINES)
 def test_wrappers_on_indices_equal_the_dense_formulas(eng):
     """ParameterInference fed index observations (O((d1 + d2) r) rounds, the held estimates
-    replaced in place) equals Algorithms 2-3 computed with the dense matrices, and the same
-    run on matrix observations gives the same numbers."""
-    params, wrapped, history = _watched_run("index", eng)
+    replaced in place) equals Algorithms 2-3 computed with the dense matrices (eq. (14)'s
+    design variance), and the same run on matrix observations gives the same numbers, with
+    eq. (14) and with the default design variance."""
+    params, wrapped, history = _watched_run("index", eng, design_variance="pulled")
     core = params.core
     assert core.n_obs == len(history) == 600
     M_unbs, sigma2, S2 = _reference(history, _targets(), D1 * D2, R)
@@ -271,13 +274,17 @@ def test_wrappers_on_indices_equal_the_dense_formulas(eng):
         np.testing.assert_allclose(core.debiased_mean(i), M_unbs[i], rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(core.sigma2, sigma2, rtol=1e-10)
     np.testing.assert_allclose(core.S2, S2, rtol=1e-8, atol=1e-10 * S2.max())
-    dense_params, dense_value, _ = _watched_run("matrix", eng)
-    for i in range(2):
-        for name in _targets():
-            a, b = params.interval(i, name), dense_params.interval(i, name)
-            assert a.estimate == pytest.approx(b.estimate, rel=1e-10, abs=1e-12)
-            assert a.standard_error == pytest.approx(b.standard_error, rel=1e-10)
-    assert wrapped.interval().estimate == pytest.approx(dense_value.interval().estimate, rel=1e-10)
+    for dv in ("pulled", "auto"):
+        if dv == "auto":
+            params, wrapped, _ = _watched_run("index", eng)
+        dense_params, dense_value, _ = _watched_run("matrix", eng, design_variance=dv)
+        for i in range(2):
+            for name in _targets():
+                a, b = params.interval(i, name), dense_params.interval(i, name)
+                assert a.estimate == pytest.approx(b.estimate, rel=1e-10, abs=1e-12)
+                assert a.standard_error == pytest.approx(b.standard_error, rel=1e-10)
+        value = wrapped.interval().estimate
+        assert value == pytest.approx(dense_value.interval().estimate, rel=1e-10)
 
 
 def test_core_update_takes_an_index_and_a_one_hot_matrix_alike():

@@ -108,7 +108,7 @@ def test_all_exploration_equals_main_method_with_uniform_propensities():
     targets = _targets(d1, d2)
     hist = make_history(rng, 15, K, d1, d2, r)
     expl = ExplorationOnlyInference(d1, d2, r, K, targets, projection="paper")
-    main = LinearFormInference(d1, d2, r, K, targets, projection="paper")
+    main = LinearFormInference(d1, d2, r, K, targets, projection="paper", design_variance="pulled")
     for U, V, X, a, y, _, _ in hist:
         expl.update(U, V, X, a, y, True, 1.0)
         main.update(U, V, X, a, y, np.full(K, 1.0 / K))

@@ -140,7 +140,9 @@ def test_online_equals_direct_computation(projection, context, dense_target):
     if not dense_target:
         del targets["dense"]
     hist = make_history(rng, n, K, d1, d2, r, completion=context == "completion")
-    inf = LinearFormInference(d1, d2, r, K, targets, context=context, projection=projection)
+    inf = LinearFormInference(
+        d1, d2, r, K, targets, context=context, projection=projection, design_variance="pulled"
+    )
     for U, V, X, a, y, p in hist:
         inf.update(U, V, X, a, y, p)
     c = d1 * d2 if context == "completion" else 1.0
@@ -162,7 +164,9 @@ def test_interval_and_difference_formulas(point_estimate):
     hist = [
         (U[:2], V[:2], X, min(a, 1), y, np.array([p[0], 1 - p[0]])) for U, V, X, a, y, p in hist
     ]
-    inf = LinearFormInference(d1, d2, r, K, targets, point_estimate=point_estimate)
+    inf = LinearFormInference(
+        d1, d2, r, K, targets, point_estimate=point_estimate, design_variance="pulled"
+    )
     for row in hist:
         inf.update(*row)
     M_unbs, sigma2, S2 = reference(hist, targets)

@@ -62,6 +62,7 @@ def _run(context, n0, seed, projection="tangent", point_estimate="one-step"):
             context=context,
             projection=projection,
             point_estimate=point_estimate,
+            design_variance="pulled",  # the reference sums eq. (14)'s pulled-round terms
         )  # fmt: skip
         for _ in range(2)
     ]

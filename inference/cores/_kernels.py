@@ -26,9 +26,14 @@ from inference.cores._thresholds import EIG_FLOOR
 
 __all__ = [
     "absorb_round",
+    "dense_design",
+    "one_hot_design",
+    "one_hot_round_design",
     "one_hot_terms",
     "one_hot_write",
+    "probe_moments",
     "replace_held",
+    "round_design",
     "round_terms",
 ]
 
@@ -113,7 +118,6 @@ def round_terms(
     """
     B, d1, r = U.shape
     R = Xs.shape[1]
-    nT = Sw.shape[1]
     P = np.empty((r, r))
     q = np.empty(r)
     av = np.empty((r, R))
@@ -130,53 +134,72 @@ def round_terms(
                     t += U[b, i, s] * XV[b, i, u]
                 P[s, u] = t
             pred += P[s, s]
-        top = 0.0
-        for s in range(r):
-            top = max(top, sq[b, s])
-        for s in range(r):
-            keep = sq[b, s] > EIG_FLOOR * top and top > 0.0
-            q[s] = 1.0 / sq[b, s] if keep else 0.0  # (D^{-1/2})^2
-        for ll in range(R):
-            for s in range(r):
-                ta = 0.0
-                for i in range(x_rows.shape[0]):
-                    ta += U[b, x_rows[i], s] * Xs[i, ll]
-                av[s, ll] = ta * q[s]
-                tb = 0.0
-                for i in range(y_rows.shape[0]):
-                    tb += V[b, y_rows[i], s] * Ys[i, ll]
-                bv[s, ll] = tb * q[s]
+        _inverse_squares(sq[b], q)
         res = reward[b] - pred
         res_out[b] = res
-        for m in range(nT):
-            g = 0.0
-            for ll in range(R):
-                if Sw[ll, m] == 0.0:
-                    continue
-                # <x y^T, P_U X> + <x y^T, X P_V> - kappa <x y^T, P_U X P_V>
-                t1 = 0.0
-                for s in range(r):
-                    utxy = 0.0
-                    for i in range(y_rows.shape[0]):
-                        utxy += XtU[b, y_rows[i], s] * Ys[i, ll]
-                    xtxv = 0.0
-                    for i in range(x_rows.shape[0]):
-                        xtxv += XV[b, x_rows[i], s] * Xs[i, ll]
-                    t1 += av[s, ll] * utxy + xtxv * bv[s, ll]
-                for s in range(r):
-                    pb = 0.0
-                    for u in range(r):
-                        pb += P[s, u] * bv[u, ll]
-                    Pb[s] = pb
-                t3 = 0.0
-                for s in range(r):
-                    t3 += av[s, ll] * Pb[s]
-                g += (t1 - kappa * t3) * Sw[ll, m]
-            g_out[b, m] = g
+        _dense_g(
+            U[b], V[b], XV[b], XtU[b], P, q, kappa, x_rows, y_rows, Xs, Ys, Sw, av, bv, Pb, g_out[b]
+        )
         w = weight[b]
         if bad < 0 and _refused(sigma_sum[b, k], S2_sum[b, k], w, res, c * w, g_out[b], limit):
             bad = b
     return bad
+
+
+@njit(cache=True)
+def _inverse_squares(sq, q):
+    """``q = D^{-1}`` from the squared column norms ``sq`` (r,) of balanced factors; columns
+    below ``EIG_FLOOR`` times the largest get 0 (they leave the basis)."""
+    top = 0.0
+    for s in range(sq.shape[0]):
+        top = max(top, sq[s])
+    for s in range(sq.shape[0]):
+        keep = sq[s] > EIG_FLOOR * top and top > 0.0
+        q[s] = 1.0 / sq[s] if keep else 0.0  # (D^{-1/2})^2
+
+
+@njit(cache=True)
+def _dense_g(U, V, XV, XtU, P, q, kappa, x_rows, y_rows, Xs, Ys, Sw, av, bv, Pb, g_row):
+    """``<G, X>`` of every target into ``g_row`` (n_T,) for one arm's balanced factors ``U``
+    (d1, r), ``V`` (d2, r), ``XV = X V``, ``XtU = Xᵀ U`` (read at the rows ``x_rows``,
+    ``y_rows`` only), ``P = Uᵀ X V`` and ``q = D^{-1}``; ``av``, ``bv``, ``Pb`` scratch."""
+    r = U.shape[1]
+    R = Xs.shape[1]
+    for ll in range(R):
+        for s in range(r):
+            ta = 0.0
+            for i in range(x_rows.shape[0]):
+                ta += U[x_rows[i], s] * Xs[i, ll]
+            av[s, ll] = ta * q[s]
+            tb = 0.0
+            for i in range(y_rows.shape[0]):
+                tb += V[y_rows[i], s] * Ys[i, ll]
+            bv[s, ll] = tb * q[s]
+    for m in range(Sw.shape[1]):
+        g = 0.0
+        for ll in range(R):
+            if Sw[ll, m] == 0.0:
+                continue
+            # <x y^T, P_U X> + <x y^T, X P_V> - kappa <x y^T, P_U X P_V>
+            t1 = 0.0
+            for s in range(r):
+                utxy = 0.0
+                for i in range(y_rows.shape[0]):
+                    utxy += XtU[y_rows[i], s] * Ys[i, ll]
+                xtxv = 0.0
+                for i in range(x_rows.shape[0]):
+                    xtxv += XV[x_rows[i], s] * Xs[i, ll]
+                t1 += av[s, ll] * utxy + xtxv * bv[s, ll]
+            for s in range(r):
+                pb = 0.0
+                for u in range(r):
+                    pb += P[s, u] * bv[u, ll]
+                Pb[s] = pb
+            t3 = 0.0
+            for s in range(r):
+                t3 += av[s, ll] * Pb[s]
+            g += (t1 - kappa * t3) * Sw[ll, m]
+        g_row[m] = g
 
 
 @njit(cache=True)
@@ -271,11 +294,10 @@ def one_hot_terms(
     ``<x yᵀ, P_U X P_V> = α β``.  ``Xs_full`` (d1, R), ``Ys_full`` (d2, R) are the triplets'
     vectors; ``Xs``, ``Ys`` their rows ``x_rows``, ``y_rows`` in the support.
     """
-    B, d1, r = U.shape
-    R = Xs.shape[1]
-    nT = Sw.shape[1]
+    B = U.shape[0]
+    r = U.shape[2]
     q = np.empty(r)
-    term = np.empty(R)
+    term = np.empty(Xs.shape[1])
     bad = -1
     for b in range(B):
         j = rows[b]
@@ -284,36 +306,41 @@ def one_hot_terms(
         pred = 0.0
         for s in range(r):
             pred += U[b, j, s] * V[b, k, s]
-        top = 0.0
-        for s in range(r):
-            top = max(top, sq[b, s])
-        for s in range(r):
-            keep = sq[b, s] > EIG_FLOOR * top and top > 0.0
-            q[s] = 1.0 / sq[b, s] if keep else 0.0
-        for ll in range(R):
-            alpha = 0.0
-            beta = 0.0
-            for s in range(r):
-                ta = 0.0
-                for i in range(x_rows.shape[0]):
-                    ta += U[b, x_rows[i], s] * Xs[i, ll]
-                tb = 0.0
-                for i in range(y_rows.shape[0]):
-                    tb += V[b, y_rows[i], s] * Ys[i, ll]
-                alpha += ta * q[s] * U[b, j, s]
-                beta += tb * q[s] * V[b, k, s]
-            term[ll] = Ys_full[k, ll] * alpha + Xs_full[j, ll] * beta - kappa * alpha * beta
+        _inverse_squares(sq[b], q)
+        _one_hot_g(
+            U[b], V[b], j, k, q, kappa, Xs_full, Ys_full, x_rows, y_rows, Xs, Ys, Sw, term, g_out[b]
+        )
         res = reward[b] - pred
         res_out[b] = res
-        for m in range(nT):
-            g = 0.0
-            for ll in range(R):
-                g += term[ll] * Sw[ll, m]
-            g_out[b, m] = g
         w = weight[b]
         if bad < 0 and _refused(sigma_sum[b, arm], S2_sum[b, arm], w, res, c * w, g_out[b], limit):
             bad = b
     return bad
+
+
+@njit(cache=True)
+def _one_hot_g(U, V, j, k, q, kappa, Xs_full, Ys_full, x_rows, y_rows, Xs, Ys, Sw, term, g_row):
+    """``<G, e_j e_kᵀ>`` of every target into ``g_row`` (n_T,) for one arm's balanced
+    factors ``U`` (d1, r), ``V`` (d2, r) and ``q = D^{-1}``; ``term`` (R,) scratch."""
+    r = U.shape[1]
+    for ll in range(Xs.shape[1]):
+        alpha = 0.0
+        beta = 0.0
+        for s in range(r):
+            ta = 0.0
+            for i in range(x_rows.shape[0]):
+                ta += U[x_rows[i], s] * Xs[i, ll]
+            tb = 0.0
+            for i in range(y_rows.shape[0]):
+                tb += V[y_rows[i], s] * Ys[i, ll]
+            alpha += ta * q[s] * U[j, s]
+            beta += tb * q[s] * V[k, s]
+        term[ll] = Ys_full[k, ll] * alpha + Xs_full[j, ll] * beta - kappa * alpha * beta
+    for m in range(Sw.shape[1]):
+        g = 0.0
+        for ll in range(Xs.shape[1]):
+            g += term[ll] * Sw[ll, m]
+        g_row[m] = g
 
 
 @njit(cache=True)
@@ -373,3 +400,244 @@ def replace_held(acc, acc_cols, held, last_U, last_V, bi, ki, U_new, V_new, rows
             acc_cols[b, a, k * d1 + i] -= h * (new - old)
         last_U[b, a] = U_new[n]
         last_V[b, a] = V_new[n]
+
+
+@njit(cache=True)
+def _arm_factors(b, k, last_U, last_V, bi, ki, U_new, V_new):
+    """Arm ``k``'s factors in trial ``b`` before the round: the change's, if it moved."""
+    for n in range(bi.shape[0]):
+        if bi[n] == b and ki[n] == k:
+            return U_new[n], V_new[n]
+    return last_U[b, k], last_V[b, k]
+
+
+@njit(cache=True)
+def _write_design(b, k, g, factors, limit, weight, c, S2_sum, out):
+    """Trial ``b``, arm ``k``'s ``S2_sum`` plus its design terms from ``g`` (n_T,) into
+    ``out`` (inference.cores.design_variance): ``c² g² / π`` at ``1/π <= limit``, the
+    pulled arm's ``(c w g)²`` below; returns whether one is not finite."""
+    f = factors[b, k]
+    above = f <= limit
+    cw = c * weight[b]
+    bad = False
+    for m in range(g.shape[0]):
+        t = c * c * g[m] * g[m] * f if above else cw * cw * g[m] * g[m]
+        out[b, k, m] = S2_sum[b, k, m] + t
+        if not np.isfinite(out[b, k, m]):
+            bad = True
+    return bad
+
+
+@njit(cache=True)
+def dense_design(
+    X,
+    last_U,
+    last_V,
+    bi,
+    ki,
+    U_new,
+    V_new,
+    factors,
+    limit,
+    action,
+    weight,
+    g_pulled,
+    c,
+    kappa,
+    x_rows,
+    y_rows,
+    Xs,
+    Ys,
+    Sw,
+    S2_sum,
+    out,
+):
+    """``S2_sum`` (B, K, n_T) plus every arm's design terms of one round into ``out``,
+    nothing else written (inference.cores.design_variance); returns the first trial where a
+    sum would not be finite, or -1.
+
+    ``X`` (B, d1, d2); ``last_U`` (B, K, d1, r), ``last_V`` the held balanced factors and
+    the round's changes ``bi``, ``ki`` (sorted by trial), ``U_new``, ``V_new``;
+    ``factors`` (B, K) every arm's ``1/π_t``, ``limit`` the largest that takes the
+    all-rounds term; ``g_pulled`` (B, n_T) the pulled arm's ``<G_t, X_t>`` from
+    :func:`round_terms`.  Arms below the floor that were not pulled cost nothing.
+    """
+    B, K, d1, r = last_U.shape
+    d2 = last_V.shape[2]
+    R = Xs.shape[1]
+    nT = Sw.shape[1]
+    XtU = np.zeros((d2, r))
+    P = np.empty((r, r))
+    sq = np.empty(r)
+    q = np.empty(r)
+    av = np.empty((r, R))
+    bv = np.empty((r, R))
+    Pb = np.empty(r)
+    g = np.empty(nT)
+    bad = -1
+    for b in range(B):
+        a = action[b]
+        for k in range(K):
+            if k == a:
+                for m in range(nT):
+                    g[m] = g_pulled[b, m]
+            elif factors[b, k] <= limit:
+                U, V = _arm_factors(b, k, last_U, last_V, bi, ki, U_new, V_new)
+                XV = np.dot(X[b], V)  # BLAS: the kernel's one O(d1 d2 r) product
+                for n in range(y_rows.shape[0]):
+                    y = y_rows[n]
+                    for s in range(r):
+                        t = 0.0
+                        for i in range(d1):
+                            t += X[b, i, y] * U[i, s]
+                        XtU[y, s] = t
+                for s in range(r):
+                    t = 0.0
+                    for i in range(d1):
+                        t += U[i, s] * U[i, s]
+                    sq[s] = t
+                    for u in range(r):
+                        t = 0.0
+                        for i in range(d1):
+                            t += U[i, s] * XV[i, u]
+                        P[s, u] = t
+                _inverse_squares(sq, q)
+                _dense_g(U, V, XV, XtU, P, q, kappa, x_rows, y_rows, Xs, Ys, Sw, av, bv, Pb, g)
+            else:
+                for m in range(nT):
+                    out[b, k, m] = S2_sum[b, k, m]
+                continue
+            if _write_design(b, k, g, factors, limit, weight, c, S2_sum, out) and bad < 0:
+                bad = b
+    return bad
+
+
+@njit(cache=True)
+def one_hot_design(
+    rows,
+    cols,
+    last_U,
+    last_V,
+    bi,
+    ki,
+    U_new,
+    V_new,
+    factors,
+    limit,
+    action,
+    weight,
+    g_pulled,
+    c,
+    kappa,
+    Xs_full,
+    Ys_full,
+    x_rows,
+    y_rows,
+    Xs,
+    Ys,
+    Sw,
+    S2_sum,
+    out,
+):
+    """:func:`dense_design` for ``X_b = e_j e_kᵀ`` (``rows``, ``cols``), at O(r) per target
+    triplet beyond the targets' support for each arm (:func:`one_hot_terms`)."""
+    B, K, d1, r = last_U.shape
+    nT = Sw.shape[1]
+    sq = np.empty(r)
+    q = np.empty(r)
+    term = np.empty(Xs.shape[1])
+    g = np.empty(nT)
+    bad = -1
+    for b in range(B):
+        a = action[b]
+        for k in range(K):
+            if k == a:
+                for m in range(nT):
+                    g[m] = g_pulled[b, m]
+            elif factors[b, k] <= limit:
+                U, V = _arm_factors(b, k, last_U, last_V, bi, ki, U_new, V_new)
+                for s in range(r):
+                    t = 0.0
+                    for i in range(d1):
+                        t += U[i, s] * U[i, s]
+                    sq[s] = t
+                _inverse_squares(sq, q)
+                _one_hot_g(
+                    U,
+                    V,
+                    rows[b],
+                    cols[b],
+                    q,
+                    kappa,
+                    Xs_full,
+                    Ys_full,
+                    x_rows,
+                    y_rows,
+                    Xs,
+                    Ys,
+                    Sw,
+                    term,
+                    g,
+                )
+            else:
+                for m in range(nT):
+                    out[b, k, m] = S2_sum[b, k, m]
+                continue
+            if _write_design(b, k, g, factors, limit, weight, c, S2_sum, out) and bad < 0:
+                bad = b
+    return bad
+
+
+@njit(cache=True)
+def probe_moments(X, flat, sums, squares):
+    """The context check's running sums (:mod:`inference.cores.context_check`), in place:
+    ``u = X flat`` for contexts ``X`` (B, d1 d2) and probes ``flat`` (d1 d2, k), then
+    ``u²`` into ``sums`` and ``u⁴`` into ``squares`` (B, k)."""
+    k = flat.shape[1]
+    for b in range(X.shape[0]):
+        u = np.dot(X[b], flat)  # BLAS, as numpy's product
+        for j in range(k):
+            u2 = u[j] * u[j]
+            sums[b, j] += u2
+            squares[b, j] += u2 * u2
+
+
+@njit(cache=True)
+def round_design(
+    U, V, XV, XtU, sq, action, reward, weight, c, kappa, limit, x_rows, y_rows, Xs, Ys, Sw,
+    sigma_sum, S2_sum, res_out, g_out, X, last_U, last_V, bi, ki, U_new, V_new, factors,
+    largest, sums,
+):  # fmt: skip
+    """:func:`round_terms`, then :func:`dense_design` on its ``g_out``, in one call;
+    returns the first trial each refuses (-1 for none; the design is not computed for a
+    refused round)."""
+    bad = round_terms(
+        U, V, XV, XtU, sq, action, reward, weight, c, kappa, limit, x_rows, y_rows, Xs, Ys,
+        Sw, sigma_sum, S2_sum, res_out, g_out,
+    )  # fmt: skip
+    if bad >= 0:
+        return bad, -1
+    return -1, dense_design(
+        X, last_U, last_V, bi, ki, U_new, V_new, factors, largest, action, weight, g_out, c,
+        kappa, x_rows, y_rows, Xs, Ys, Sw, S2_sum, sums,
+    )  # fmt: skip
+
+
+@njit(cache=True)
+def one_hot_round_design(
+    rows, cols, U, V, sq, action, reward, weight, c, kappa, limit, Xs_full, Ys_full, x_rows,
+    y_rows, Xs, Ys, Sw, sigma_sum, S2_sum, res_out, g_out, last_U, last_V, bi, ki, U_new,
+    V_new, factors, largest, sums,
+):  # fmt: skip
+    """:func:`round_design` for completion contexts: :func:`one_hot_terms`, then
+    :func:`one_hot_design`."""
+    bad = one_hot_terms(
+        rows, cols, U, V, sq, action, reward, weight, c, kappa, limit, Xs_full, Ys_full,
+        x_rows, y_rows, Xs, Ys, Sw, sigma_sum, S2_sum, res_out, g_out,
+    )  # fmt: skip
+    if bad >= 0:
+        return bad, -1
+    return -1, one_hot_design(
+        rows, cols, last_U, last_V, bi, ki, U_new, V_new, factors, largest, action, weight,
+        g_out, c, kappa, Xs_full, Ys_full, x_rows, y_rows, Xs, Ys, Sw, S2_sum, sums,
+    )  # fmt: skip

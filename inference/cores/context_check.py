@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from inference.results import trials_phrase
+from lrbandit_gym import engine
 from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = [
@@ -119,6 +120,12 @@ class ContextCheck:
         """Absorb one round's contexts ``(B, d1, d2)`` (or one-hot indices)."""
         if isinstance(X, OneHotContexts):
             u = self._A[:, X.rows, X.cols].T  # (B, k)
+        elif X.shape[0] == 1 and engine.compiled():  # one context: one loop, no temporaries
+            from inference.cores import _kernels
+
+            _kernels.probe_moments(X.reshape(1, -1), self._flat, self._sum, self._sq)
+            self.n += 1
+            return
         else:
             u = X.reshape(X.shape[0], -1) @ self._flat
         u2 = u * u

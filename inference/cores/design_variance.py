@@ -1,4 +1,4 @@
-"""The design part ``Ŝ²`` of a parameter's variance, from every round (docs/method.md §13).
+"""The design part ``Ŝ²`` of a parameter's variance (docs/method.md §13).
 
 Eq. (14) sums over the rounds that pulled arm ``i``::
 
@@ -8,46 +8,83 @@ Its conditional mean given the past is ``E[c² <G_{i,t}, X>² / π_t(i | X)]``, 
 indicator averages to ``π_t(i | X_t)``.  Every round's context and arm ``i``'s propensity in
 it give the same conditional mean without the indicator::
 
-    n Ŝ²_all,i = Σ_t c² <G_{i,t}, X_t>² / π_t(i | X_t)               (design_variance="all-rounds")
+    n Ŝ²_i = Σ_t c² <G_{i,t}, X_t>² / π_t(i | X_t)                   (design_variance="all-rounds")
 
-Both estimate the same predictable variance (the martingale CLT's normaliser).  Eq. (14)
-rests on the rounds that pulled the arm: an arm explored with probability ``ε/K`` leaves a
-handful of terms of weight ``1/π²``, and a single-entry target under completion contexts
-counts only the rounds that reveal its row or column, so ``Ŝ`` is small by chance in some
-trials and their intervals under-cover.  The all-rounds sum has a term every round.  It
-needs every arm's propensity in every round, and it suits policies with an exploration
-floor: where an arm's propensity is tiny in some contexts (a softmax policy at a low
-temperature), those contexts dominate its conditional mean although the arm is almost never
-pulled there, and the interval becomes far wider than the estimate's spread
-(docs/reproduction.md, "Where few rounds carry an arm").
+and so does any mix of the two chosen by ``π_t(i | X_t)`` itself, which is known before
+the arm is drawn.  The default takes a round's all-rounds term where the arm's propensity
+is at least ``f =`` :data:`DESIGN_FLOOR`, and eq. (14)'s below it (design_variance="auto")::
 
-:func:`all_rounds_terms` computes one round's terms for every trial, arm and target from the
-arms' factors before the round, ``G = T − P_U⊥ T P_V⊥`` ("tangent"), ``P_U⊥ T P_V + P_U T
-P_V⊥`` ("paper") or ``T`` ("none").
+    n Ŝ²_i = Σ_t [ 1{π_t(i|X_t) ≥ f} c²<G_{i,t}, X_t>²/π_t(i|X_t)
+                  + 1{π_t(i|X_t) < f} 1{a_t = i} c²<G_{i,t}, X_t>²/π_t(i)² ]
+
+Why: eq. (14) rests on the rounds that pulled the arm.  An arm explored with probability
+``ε/K`` leaves a handful of terms of weight ``1/π²``, and a single-entry target under
+completion contexts counts only the rounds that reveal its row or column, so ``Ŝ`` is small
+by chance in some trials and their intervals under-cover; the all-rounds term has one every
+round.  Where an arm's propensity is tiny in some contexts (a softmax policy at a low
+temperature), the all-rounds sum is dominated by those contexts, in which the arm is almost
+never pulled: the predictable variance then describes events a run of thousands of rounds
+rarely sees, and the interval becomes far wider than the estimate's spread.  Below the floor
+eq. (14)'s terms count what did happen.
+
+:func:`design_terms_reference` is one round's terms in plain numpy; the core runs
+:func:`all_arm_terms` and :func:`design_terms` (or the compiled kernels of
+:mod:`inference.cores._kernels`) on the targets' singular triplets.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from agents.estimator.products import one_hot_products
+from inference.cores.tangent_space import TargetTriplets, pulled_arm_terms
 from lrbandit_gym.onehot import OneHotContexts
 
-__all__ = ["DESIGN_VARIANCES", "all_rounds_terms", "all_rounds_terms_reference"]
+__all__ = [
+    "DESIGN_FLOOR",
+    "DESIGN_VARIANCES",
+    "all_arm_terms",
+    "design_floor",
+    "design_terms",
+    "design_terms_reference",
+    "largest_factor",
+]
 
 #: The design variances of :class:`~inference.cores.linear_form.LinearFormInference`.
-DESIGN_VARIANCES = ("pulled", "all-rounds")
+DESIGN_VARIANCES = ("auto", "pulled", "all-rounds")
 
-#: Gram eigenvalues below this times the largest count as zero (the bases of a rank-deficient
-#: factor, as for the pulled arm's ``G_t``).
-_RCOND = 1e-12
+#: The propensity from which ``design_variance="auto"`` takes a round's all-rounds term
+#: (docs/reproduction.md, "Where few rounds carry an arm": 0.001 leaves a softmax policy at
+#: τ = 0.5 over-covering, 0.01 calibrated).
+DESIGN_FLOOR = 0.01
 
 
-def all_rounds_terms_reference(X, M, T, propensities, rank, c=1.0, projection="tangent"):
-    """One round's ``c² <G_i, X>² / π(i)`` in plain numpy: ``X`` (d1, d2), ``M`` (K, d1, d2)
-    the estimates before the round, ``T`` (n_T, d1, d2), ``propensities`` (K,); returns
-    (K, n_T).  :func:`all_rounds_terms` is the batched path the core runs."""
+def design_floor(design_variance: str) -> float | None:
+    """The propensity floor of a design variance: None for eq. (14) alone ("pulled"), 0
+    for every round's term ("all-rounds"), :data:`DESIGN_FLOOR` for "auto"."""
+    return {"pulled": None, "all-rounds": 0.0, "auto": DESIGN_FLOOR}[design_variance]
+
+
+def largest_factor(floor: float) -> float:
+    """The largest ``1/π_t(i)`` whose round takes the all-rounds term (``inf`` at floor 0)."""
+    return np.inf if floor == 0 else 1.0 / floor
+
+
+def design_terms_reference(
+    X, M, T, propensities, action, rank, c=1.0, projection="tangent", floor=0.0
+):
+    """One round's design terms in plain numpy: ``c² <G_i, X>² / π(i)`` where
+    ``π(i) ≥ floor``, eq. (14)'s ``c² <G_i, X>² / π(i)²`` for the pulled arm below it, 0
+    for the other arms below it.
+
+    ``X`` (d1, d2), ``M`` (K, d1, d2) the estimates before the round, ``T`` (n_T, d1, d2),
+    ``propensities`` (K,), ``action`` the pulled arm; returns (K, n_T).
+    """
     out = np.zeros((len(M), len(T)))
     for i, Mi in enumerate(M):
+        p = propensities[i]
+        if p < floor and i != action:
+            continue
         W, _, Zt = np.linalg.svd(Mi)
         P_U, P_V = W[:, :rank] @ W[:, :rank].T, Zt[:rank].T @ Zt[:rank]
         for k, Tk in enumerate(T):
@@ -55,68 +92,56 @@ def all_rounds_terms_reference(X, M, T, propensities, rank, c=1.0, projection="t
                 G = Tk
             else:  # G = T − P_U⊥ T P_V⊥ ("tangent"), or without P_U T P_V ("paper")
                 G = P_U @ Tk + Tk @ P_V - (1 if projection == "tangent" else 2) * P_U @ Tk @ P_V
-            out[i, k] = c * c * np.sum(G * X) ** 2 / propensities[i]
+            out[i, k] = c * c * np.sum(G * X) ** 2 / (p if p >= floor else p * p)
     return out
 
 
-def _bases_gram(F: np.ndarray) -> np.ndarray:
-    """``(FᵀF)⁺`` of stacks of factors (..., d, r): ``P = F (FᵀF)⁺ Fᵀ`` projects on their
-    column spaces."""
-    return np.linalg.pinv(np.matmul(F.swapaxes(-1, -2), F), rcond=_RCOND, hermitian=True)
-
-
-def all_rounds_terms(
+def all_arm_terms(
     U: np.ndarray,
     V: np.ndarray,
-    X: np.ndarray,
-    T: np.ndarray,
-    factors: np.ndarray,
-    c: float,
-    projection: str,
+    X: np.ndarray | OneHotContexts,
+    triplets: TargetTriplets,
+    kappa: float,
 ) -> np.ndarray:
-    """``c² <G_{i,t}, X_t>² / π_t(i)`` for every trial, arm and target, shape (B, K, n_T).
+    """``<G_{i,t}, X_t>`` for every trial, arm and target, shape (B, K, n_T).
 
-    ``U`` (B, K, d1, r), ``V`` (B, K, d2, r): every arm's factors before the round; ``X``
-    (B, d1, d2) the contexts, or completion contexts in index form; ``T`` (n_T, d1, d2);
-    ``factors`` (B, K) the ``1/π_t(i)`` of every arm.  ``<G, X>`` goes through r-column
-    products: with ``A = (UᵀU)⁺`` and ``C = (VᵀV)⁺``, ``<P_U T, X> = <Uᵀ T, A Uᵀ X>``,
-    ``<T P_V, X> = <T V, X V C>`` and ``<P_U T P_V, X> = <Uᵀ T V, A Uᵀ X V C>``; for
-    ``X = e_j e_kᵀ`` it is ``G[j, k]``, from column ``j`` of ``P_U`` and column ``k`` of
-    ``P_V``.
+    ``U`` (B, K, d1, r), ``V`` (B, K, d2, r): every arm's factors before the round (any
+    factors: the bases come from their Gram matrices); ``X`` (B, d1, d2), or completion
+    contexts in index form.  The arms are one batch of ``B·K`` for
+    :func:`~inference.cores.tangent_space.pulled_arm_terms`.
     """
+    B, K, d1, r = U.shape
+    d2 = V.shape[2]
+    Uf, Vf = U.reshape(B * K, d1, r), V.reshape(B * K, d2, r)
     if isinstance(X, OneHotContexts):
-        gx = _one_hot_gx(U, V, X.rows, X.cols, T, projection)
-    elif projection == "none":
-        gx = np.broadcast_to(np.einsum("bij,tij->bt", X, T)[:, None], factors.shape + T.shape[:1])
+        rows, cols = np.repeat(X.rows, K), np.repeat(X.cols, K)
+        XV, XtU = one_hot_products(OneHotContexts.unchecked(rows, cols, d1, d2), Uf, Vf)
     else:
-        A, C = _bases_gram(U), _bases_gram(V)  # (B, K, r, r)
-        UX = np.matmul(A, np.matmul(U.swapaxes(-1, -2), X[:, None]))  # A Uᵀ X (B, K, r, d2)
-        XV = np.matmul(np.matmul(X[:, None], V), C)  # X V C (B, K, d1, r)
-        UT = np.einsum("bkir,tij->bktrj", U, T)  # Uᵀ T (B, K, n_T, r, d2)
-        TV = np.einsum("tij,bkjr->bktir", T, V)  # T V (B, K, n_T, d1, r)
-        UTV = np.matmul(UT, V[:, :, None])  # Uᵀ T V (B, K, n_T, r, r)
-        UXV = np.matmul(UX, np.matmul(V, C))  # A Uᵀ X V C (B, K, r, r)
-        both = 1.0 if projection == "tangent" else 2.0
-        gx = (
-            np.einsum("bktrj,bkrj->bkt", UT, UX)
-            + np.einsum("bktir,bkir->bkt", TV, XV)
-            - both * np.einsum("bktrs,bkrs->bkt", UTV, UXV)
-        )
-    return (c * c) * gx * gx * factors[:, :, None]
+        XV = np.matmul(X[:, None], V).reshape(B * K, d1, r)
+        XtU = np.matmul(X.swapaxes(-1, -2)[:, None], U).reshape(B * K, d2, r)
+    _, g = pulled_arm_terms(Uf, Vf, None, triplets, kappa, products=(XV, XtU, None))
+    return g.reshape(B, K, -1)
 
 
-def _one_hot_gx(U, V, rows, cols, T, projection) -> np.ndarray:
-    """``G_i[j, k]`` for ``X = e_j e_kᵀ`` (``rows`` j, ``cols`` k, shape (B,)): (B, K, n_T)."""
-    trials = np.arange(len(rows))
-    Tjk = T[:, rows, cols].T  # T[j, k] (B, n_T)
-    if projection == "none":
-        return np.broadcast_to(Tjk[:, None], (U.shape[0], U.shape[1], T.shape[0]))
-    A, C = _bases_gram(U), _bases_gram(V)
-    # Column j of P_U = U A U[j]ᵀ and column k of P_V = V C V[k]ᵀ, every arm (B, K, d).
-    pu = np.einsum("bkir,bkrs,bks->bki", U, A, U[trials, :, rows])
-    pv = np.einsum("bklr,bkrs,bks->bkl", V, C, V[trials, :, cols])
-    put = np.einsum("bki,tib->bkt", pu, T[:, :, cols])  # (P_U T)[j, k]
-    tpv = np.einsum("tbl,bkl->bkt", T[:, rows, :], pv)  # (T P_V)[j, k]
-    putpv = np.einsum("bki,til,bkl->bkt", pu, T, pv, optimize=True)  # (P_U T P_V)[j, k]
-    both = 1.0 if projection == "tangent" else 2.0
-    return put + tpv - both * putpv
+def design_terms(
+    g: np.ndarray,
+    factors: np.ndarray,
+    floor: float,
+    action: np.ndarray,
+    weight: np.ndarray,
+    c: float,
+) -> np.ndarray:
+    """One round's design terms (B, K, n_T) from ``g = <G_{i,t}, X_t>`` (B, K, n_T) and the
+    arms' ``factors = 1/π_t(i)`` (B, K): ``c² g² / π`` where ``π ≥ floor``; below it the
+    pulled arm's eq. (14) term ``(c w g)²`` (``weight`` ``w = 1/π_t(a_t)``, (B,)), 0 for
+    the others."""
+    above = factors <= largest_factor(floor)
+    with np.errstate(invalid="ignore", over="ignore"):  # an infinite factor is below
+        out = np.where(above[:, :, None], (c * c) * g * g * factors[:, :, None], 0.0)
+    trials = np.arange(len(action))
+    below = ~above[trials, action]
+    if below.any():
+        cw = c * weight[below]
+        gp = g[trials[below], action[below]]
+        out[trials[below], action[below]] = (cw[:, None] * gp) ** 2
+    return out

@@ -41,7 +41,7 @@ import numpy as np
 
 from inference.cores import linear_form_readout, linear_form_round, linear_form_state
 from inference.cores.checks import check_batch_vector, check_factors, check_n_trials, check_targets
-from inference.cores.design_variance import DESIGN_VARIANCES
+from inference.cores.design_variance import DESIGN_VARIANCES, design_floor
 from inference.cores.linear_form_round import check_estimate_scale
 from inference.cores.linear_form_state import LinearFormState
 from inference.cores.projection_choice import PROJECTIONS, choose_projection
@@ -130,7 +130,7 @@ class LinearFormCore:
         n_trials: int | None = None,
         context_law: Any = None,
         check_contexts: bool = True,
-        design_variance: str = "pulled",
+        design_variance: str = "auto",
     ) -> None:
         self.d1 = check_positive_int(d1, "d1")
         self.d2 = check_positive_int(d2, "d2")
@@ -195,9 +195,17 @@ class LinearFormCore:
                 f"'gaussian' and 'completion' contexts' own); got context_law "
                 f"{law.describe()}: pass design_variance='pulled'"
             )
-        #: The design part of the variance: "pulled" (eq. (14)) or "all-rounds"
-        #: (:mod:`inference.cores.design_variance`, docs/method.md §13).
+        #: The design part of the variance as asked: "auto", "pulled" (eq. (14)) or
+        #: "all-rounds" (:mod:`inference.cores.design_variance`, docs/method.md §13).
         self.design_variance = design_variance
+        #: The propensity from which a round's design term is the all-rounds one: None for
+        #: eq. (14) alone ("pulled", and "auto" where the rounds or the law do not allow
+        #: the all-rounds term), 0 for every round, ``DESIGN_FLOOR`` for "auto".
+        self.design_floor = (
+            None
+            if not (self.ipw and self.all_rounds_design and self.c is not None)
+            else design_floor(design_variance)
+        )
         self.check_contexts = check_contexts
         B = 1 if self.n_trials is None else self.n_trials
         #: The running sums and what a round reads with them (linear_form_state).
@@ -334,15 +342,18 @@ class LinearFormInference(LinearFormCore):
         Check every round's context against the law (:mod:`inference.cores.context_check`) and
         warn (:class:`~inference.cores.context_check.ContextLawWarning`) at a read-out where they
         do not match.
-    design_variance : {"pulled", "all-rounds"}, default "pulled"
+    design_variance : {"auto", "pulled", "all-rounds"}, default "auto"
         The design part ``Ŝ²`` of the standard error (:mod:`inference.cores.design_variance`,
-        docs/method.md §13): "pulled" is eq. (14), ``(1/n) Σ_t 1{a_t=i}/π_t(i)² c²<G_t,
+        docs/method.md §13).  "pulled" is eq. (14), ``(1/n) Σ_t 1{a_t=i}/π_t(i)² c²<G_t,
         X_t>²``; "all-rounds" is ``(1/n) Σ_t c²<G_{i,t}, X_t>²/π_t(i)`` over every round,
         with the same conditional mean and far less noise where few rounds pull the arm
-        (an arm explored with probability ``ε/K``, a single-entry completion target).  For
-        policies with an exploration floor: where an arm's propensity is tiny in some
-        contexts it gives far too wide an interval.  It needs dense contexts, every arm's
-        propensity positive in every round, and a law with ``Σ = I/c``.
+        (an arm explored with probability ``ε/K``, a single-entry completion target);
+        "auto" takes a round's all-rounds term where ``π_t(i | X_t)`` is at least
+        ``DESIGN_FLOOR`` (0.01) and eq. (14)'s below it, so that contexts in which the
+        arm is almost never pulled do not inflate the interval.  "all-rounds" needs every
+        arm's propensity positive in every round; both need the weights ``1/π_t`` and a law
+        with ``Σ = I/c``, and "auto" is "pulled" where they are not
+        (:attr:`design_floor` None).
     projection : {"auto", "tangent", "paper", "none"}, default "auto"
         ``G_t`` in ``S^2``: "paper" is ``P_U⊥ T P_V + P_U T P_V⊥`` (eq. (14));
         "tangent" is the full tangent-space projection ``T - P_U⊥ T P_V⊥``, which also keeps

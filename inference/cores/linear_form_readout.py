@@ -106,8 +106,9 @@ def round_shares(core) -> np.ndarray:
 
 
 def design_shares(core) -> np.ndarray:
-    """Lindeberg's share of every arm's design terms: the largest
-    ``(c·w_t·<G_t, X_t>)²`` over their sum ``n·Ŝ²``, ``(K, n_T)`` or ``(B, K, n_T)``.
+    """Lindeberg's share of every arm's eq. (14) design terms: the largest
+    ``(c·w_t·<G_t, X_t>)²`` of a pulled round over their sum, ``(K, n_T)`` or
+    ``(B, K, n_T)`` (whatever ``design_variance`` the standard errors use).
     A few rounds hold the sum where the contexts are heavy-tailed along the directions
     the target reads (rare pixels, an ill-conditioned law, a rarely revealed entry) or
     where a few exploration rounds of large weight carry it (many arms).  It is a

@@ -29,7 +29,7 @@ import numpy as np
 
 from agents.estimator.products import one_hot_products
 from inference.cores.checks import check_matrix_stack
-from inference.cores.design_variance import all_rounds_terms
+from inference.cores.design_variance import all_arm_terms, design_terms, largest_factor
 from inference.cores.tangent_space import pulled_arm_terms
 from inference.results import trials_phrase
 from lrbandit_gym import engine
@@ -105,8 +105,9 @@ class RoundTerms(NamedTuple):
     """The correction's scalar per trial (B,) under such a law (1 for a whitened dense
     context, ``1/p_jk`` for an entry law); None for the core's ``c``."""
     design: Any = None
-    """With ``design_variance="all-rounds"``: the round's ``c² <G_{i,t}, X_t>²/π_t(i)`` of
-    every arm and target (B, K, n_T), added to ``n Ŝ²`` in place of eq. (14)'s term."""
+    """The ``n Ŝ²`` sums (B, K, n_T) with the round's design terms of every arm and target
+    (:mod:`inference.cores.design_variance`), which replace eq. (14)'s; None for eq. (14)
+    alone (:attr:`~inference.cores.linear_form.LinearFormCore.design_floor` None)."""
 
 
 def check_estimate_scale(U: np.ndarray, V: np.ndarray, batched: bool) -> None:
@@ -231,13 +232,15 @@ def propose(core, round_: Round, estimate: PulledEstimate, weight=None) -> Round
             with np.errstate(divide="ignore"):  # a zero propensity: an infinite factor
                 factors = 1.0 / props
         weight = factors[s.trials, action] if core.ipw else np.ones(s.B)  # w_t = 1/π_t(a_t)
-    if core.design_variance == "all-rounds":
+    if core.design_floor == 0:
         _require_all_rounds_inputs(core, factors)
     if core.projection == "none":
-        terms = _propose_unprojected(core, estimate, X, action, reward, weight)._replace(
-            factors=factors
-        )
-        return terms if core.design_variance == "pulled" else _with_design(core, terms)
+        terms = _propose_unprojected(core, estimate, X, action, reward, weight)
+        design = None
+        if core.design_floor is not None:  # G = T for every arm
+            g = np.broadcast_to(terms.g[:, None], s.S2_sum.shape)
+            design = _design_sums(core, g, action, terms.weight, factors)
+        return terms._replace(factors=factors, design=design)
     changes, Ua, Va, products, balanced = estimate
     one_hot = isinstance(X, OneHotContexts)
     compiled = balanced and products is not None and engine.compiled()
@@ -258,25 +261,39 @@ def propose(core, round_: Round, estimate: PulledEstimate, weight=None) -> Round
         )
         reward = reward - pred + np.einsum("bir,bir->b", Ua, products[0])
         c = 1.0
+    design = bad_design = None
     if compiled:  # positional calls: the round's fixed cost is numba's dispatch
         from inference.cores import _kernels
 
         res = np.empty(s.B)
         g = np.empty((s.B, s.S2_sum.shape[2]))
         tr = s.triplets
+        changes = (*_by_trial(changes), *changes[4:])  # as the kernels walk them
+        if core.design_floor is not None:  # every arm's design terms in the same call
+            design = np.empty(s.S2_sum.shape)
+            held = (s.sum.last_U, s.sum.last_V, *changes[:4])
+            held += (factors, largest_factor(core.design_floor), design)
         if one_hot:  # the pulled arm's O(r) part
-            bad = _kernels.one_hot_terms(
-                X.rows, X.cols, Ua, Va, products[2], action, reward, weight, c,
-                s.kappa, MAX_MAGNITUDE, tr.Xs, tr.Ys, tr.x_rows, tr.y_rows, tr.Xs_sub,
-                tr.Ys_sub, tr.Sw, s.sigma_sum, s.S2_sum, res, g,
+            args = (
+                X.rows, X.cols, Ua, Va, products[2], action, reward, weight, c, s.kappa,
+                MAX_MAGNITUDE, tr.Xs, tr.Ys, tr.x_rows, tr.y_rows, tr.Xs_sub, tr.Ys_sub,
+                tr.Sw, s.sigma_sum, s.S2_sum, res, g,
             )  # fmt: skip
+            if design is None:
+                bad = _kernels.one_hot_terms(*args)
+            else:
+                bad, bad_design = _kernels.one_hot_round_design(*args, *held)
         else:
             XV, XtU, sq = products
-            bad = _kernels.round_terms(
-                Ua, Va, XV, XtU, sq, action, reward, weight, c, s.kappa,
-                MAX_MAGNITUDE, tr.x_rows, tr.y_rows, tr.Xs_sub, tr.Ys_sub, tr.Sw,
-                s.sigma_sum, s.S2_sum, res, g,
+            args = (
+                Ua, Va, XV, XtU, sq, action, reward, weight, c, s.kappa, MAX_MAGNITUDE,
+                tr.x_rows, tr.y_rows, tr.Xs_sub, tr.Ys_sub, tr.Sw, s.sigma_sum, s.S2_sum,
+                res, g,
             )  # fmt: skip
+            if design is None:
+                bad = _kernels.round_terms(*args)
+            else:
+                bad, bad_design = _kernels.round_design(*args, X, *held)
     else:
         if one_hot and products is None:  # X V_a = e_j V_a[k]ᵀ, Xᵀ U_a = e_k U_a[j]ᵀ
             products = (*one_hot_products(X, Ua, Va), None)
@@ -289,10 +306,30 @@ def propose(core, round_: Round, estimate: PulledEstimate, weight=None) -> Round
             bad = _refused(s, action, weight, res, g, core.c)
     if bad >= 0:
         _refuse(core, bad, action, observed, weight, res, g)
-    terms = RoundTerms(
-        changes, X, action, weight, res, g, compiled, core.position, factors, whitened
+    if bad_design is not None and bad_design >= 0:
+        _refuse_design(core, s.trials == bad_design)
+    if core.design_floor is not None and not compiled:
+        U, V = s.sum.last_U.copy(), s.sum.last_V.copy()
+        bi, ki, U_new, V_new = changes[:4]
+        U[bi, ki], V[bi, ki] = U_new, V_new  # every arm's estimate before the round
+        with np.errstate(over="ignore", invalid="ignore"):
+            g_all = all_arm_terms(U, V, X, s.triplets, s.kappa)
+        g_all[s.trials, action] = g  # the pulled arm's, as eq. (14) reads it
+        design = _design_sums(core, g_all, action, weight, factors)
+    return RoundTerms(
+        changes,
+        X,
+        action,
+        weight,
+        res,
+        g,
+        compiled,
+        core.position,
+        factors,
+        whitened,
+        None,
+        design,
     )
-    return terms if core.design_variance == "pulled" else _with_design(core, terms)
 
 
 def _require_all_rounds_inputs(core, factors) -> None:
@@ -309,25 +346,35 @@ def _require_all_rounds_inputs(core, factors) -> None:
         )
 
 
-def _with_design(core, terms: RoundTerms) -> RoundTerms:
-    """``terms`` with the round's all-rounds design terms, every arm's factors being those
-    the core holds updated by the round's changes (the estimates before the round)."""
+def _design_sums(core, g, action, weight, factors) -> np.ndarray:
+    """The ``n Ŝ²`` sums (B, K, n_T) with the round's design terms
+    (:mod:`inference.cores.design_variance`) from every arm's ``g = <G_{i,t}, X_t>``."""
     s = core.state
-    held = s.sum
-    U, V = held.last_U.copy(), held.last_V.copy()
-    bi, ki, U_new, V_new = terms.changes[:4]
-    U[bi, ki], V[bi, ki] = U_new, V_new
     with np.errstate(over="ignore", invalid="ignore"):
-        design = all_rounds_terms(U, V, terms.X, s.T, terms.factors, core.c, core.projection)
-        overflow = ~np.isfinite(s.S2_sum + design).all(axis=(1, 2))
-    if overflow.any():  # nothing was written: the round is refused whole
+        sums = s.S2_sum + design_terms(g, factors, core.design_floor, action, weight, core.c)
+    _refuse_design(core, ~np.isfinite(sums).all(axis=(1, 2)))
+    return sums
+
+
+def _by_trial(changes: tuple) -> tuple[np.ndarray, ...]:
+    """The changes ``(bi, ki, U_new, V_new)`` sorted by trial (the kernels walk them so),
+    ``bi`` and ``ki`` contiguous (np.nonzero's strided views: one compiled signature)."""
+    bi, ki, U_new, V_new = changes[:4]
+    if bi.size > 1 and (np.diff(bi) < 0).any():
+        order = np.argsort(bi, kind="stable")
+        return bi[order], ki[order], U_new[order], V_new[order]
+    return np.ascontiguousarray(bi), np.ascontiguousarray(ki), U_new, V_new
+
+
+def _refuse_design(core, overflow: np.ndarray) -> None:
+    """Refuse the round whole where a design term would make ``Ŝ²``'s sum infinite."""
+    if overflow.any():
         raise ValueError(
             "the round cannot be absorbed: an arm's design term c²<G, X_t>²/π_t overflows "
-            f"the running sum of S^2 (design_variance='all-rounds')"
+            f"the running sum of S^2 (design_variance={core.design_variance!r})"
             f"{trials_phrase(overflow, core.batched)}; nothing was changed: rescale the "
             "contexts and estimates to order 1"
         )
-    return terms._replace(design=design)
 
 
 def _propose_whitened(core, estimate, X, action, reward, weight) -> RoundTerms:
@@ -462,8 +509,6 @@ def commit(core, terms: RoundTerms) -> None:
     s = core.state
     changes, X, action, weight, res, g = terms[:6]
     debias = core.debias
-    # The all-rounds design terms replace eq. (14)'s, which the paths below add.
-    design_sum = None if terms.design is None else s.S2_sum + terms.design
     if core.check_contexts:
         s.check.add(X)  # against the law before this round (context_check)
     if terms.compiled:
@@ -476,12 +521,7 @@ def commit(core, terms: RoundTerms) -> None:
                 s.S2_sum, s.sum.acc, s.pulls, core.d2,
             )  # fmt: skip
         else:  # (the queue of held estimates is exact for any change: no support needed)
-            bi, ki, U_new, V_new = changes[:4]
-            if bi.size > 1 and (np.diff(bi) < 0).any():  # the kernel walks them by trial
-                order = np.argsort(bi, kind="stable")
-                bi, ki, U_new, V_new = bi[order], ki[order], U_new[order], V_new[order]
-            else:  # np.nonzero's strided views: contiguous, so one compiled kernel serves
-                bi, ki = np.ascontiguousarray(bi), np.ascontiguousarray(ki)
+            bi, ki, U_new, V_new = changes[:4]  # sorted by trial in propose
             held = s.sum
             W = X if terms.whitened is None else terms.whitened  # the correction's context
             queued = _kernels.absorb_round(
@@ -516,8 +556,8 @@ def commit(core, terms: RoundTerms) -> None:
         s.V_sum[np.arange(s.B), action] += term * term
     if s.whitener.estimated:
         s.whitener.observe(X)
-    if design_sum is not None:
-        s.S2_sum[...] = design_sum
+    if terms.design is not None:  # the design terms replace eq. (14)'s, added above
+        s.S2_sum[...] = terms.design
     n = core.n_obs + 1
     core.n_obs = n
     core.position = (n, core.position[1])

@@ -45,7 +45,7 @@ def build_stack(
     point_estimate: str = "one-step",
     context_law=None,
     check_contexts: bool = True,
-    design_variance: str = "pulled",
+    design_variance: str = "auto",
     propensities: str = "known",
     correction: str = "auto",
     regret_reservoir: int | None = None,

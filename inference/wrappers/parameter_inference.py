@@ -58,7 +58,7 @@ class _ParameterInferenceBase(InferenceWrapperBase):
         warm_start=None,
         context_law=None,
         check_contexts: bool = True,
-        design_variance: str = "pulled",
+        design_variance: str = "auto",
         **sgd_kwargs,
     ):
         self._open(
@@ -169,11 +169,11 @@ class ParameterInference(_ParameterInferenceBase, gym.Wrapper, RecordConstructor
     check_contexts : bool, default True
         Check the contexts against the law every round; a read-out where they do not match
         warns (:class:`~inference.ContextLawWarning`).
-    design_variance : {"pulled", "all-rounds"}, default "pulled"
-        The design part ``Ŝ²`` of the standard error: eq. (14) over the rounds that pulled
-        the arm, or its all-rounds version from every round's context and the arm's
-        propensity in it (for policies with an exploration floor and dense contexts,
-        docs/method.md §13); see :class:`inference.LinearFormInference`.
+    design_variance : {"auto", "pulled", "all-rounds"}, default "auto"
+        The design part ``Ŝ²`` of the standard error (docs/method.md §13): "auto" takes
+        each round's context and the arm's propensity in it wherever that propensity is at
+        least 0.01, and eq. (14)'s pulled rounds below; "pulled" is eq. (14) alone,
+        "all-rounds" every round's term; see :class:`inference.LinearFormInference`.
     **sgd_kwargs
         ``step_scale``, ``step_offset``, ``step_decay`` of the own estimator.
 

@@ -52,7 +52,7 @@ class ParameterTracker(Tracker):
         point_estimate: str,
         context_law,
         check_contexts: bool,
-        design_variance: str = "pulled",
+        design_variance: str = "auto",
     ) -> None:
         super().__init__(shape, estimator, own)
         self.core = LinearFormInference(

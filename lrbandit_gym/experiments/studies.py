@@ -81,6 +81,9 @@ class StudyConfig:
     #: How <M_a, T> is read from the debiased average: "one-step" (the library's default)
     #: or "projection" (the paper's rank-r truncation, eq. (12)).
     point_estimate: str = "one-step"
+    #: The design part of the parameters' variance: eq. (14), the paper's ("pulled"),
+    #: unlike the wrappers' default ("auto", docs/method.md §13).
+    design_variance: str = "pulled"
     value: bool = False  # also run optimal-value inference
     #: Extra inference variants fed the same trajectories: "paper"/"tangent" (the other
     #: projection), the negative controls "no_ipw"/"no_debias" (controls.py), and
@@ -198,6 +201,7 @@ def _run_chunk(config: StudyConfig, n_trials: int, seed) -> dict[str, np.ndarray
                 estimator=agent.estimator,
                 projection=projection,
                 point_estimate=config.point_estimate,
+                design_variance=config.design_variance,
             )
             if variant in CONTROLS:  # a negative control: the core with a part removed
                 wrapper.core = CONTROLS[variant](

@@ -239,12 +239,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--design-variance",
-        choices=["pulled", "all-rounds"],
-        default="pulled",
-        help="the design part of the parameter intervals' standard error: pulled (default, "
-        "eq. (14)) or all-rounds (every round's context and every arm's propensity, which "
-        "needs the log's pmf column; for logging policies with an exploration floor); "
-        "docs/method.md §13",
+        choices=["auto", "pulled", "all-rounds"],
+        default="auto",
+        help="the design part of the parameter intervals' standard error: auto (default: "
+        "every round's context and the arm's propensity in it where that is at least 0.01, "
+        "eq. (14)'s pulled rounds below; pulled on a log without the pmf column), pulled "
+        "(eq. (14)) or all-rounds (needs the pmf column); docs/method.md §13",
     )
     p.add_argument(
         "--kind",

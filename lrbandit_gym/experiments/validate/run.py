@@ -572,8 +572,8 @@ def validate(
         The parameter intervals' law (default the env's; docs/method.md §1).
     projection : {"auto", "tangent", "paper", "none"}, optional
         The parameter intervals' read-out (default the wrappers', "auto"; docs/method.md §12).
-    design_variance : {"pulled", "all-rounds"}, optional
-        The parameter intervals' design variance (default the wrappers', "pulled";
+    design_variance : {"auto", "pulled", "all-rounds"}, optional
+        The parameter intervals' design variance (default the wrappers', "auto";
         docs/method.md §13).
 
     Returns

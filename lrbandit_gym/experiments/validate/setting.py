@@ -128,8 +128,8 @@ class ValidationSetting:
         The parameter intervals' read-out (default the wrappers', ``"auto"``; ``"none"``:
         the debiased mean without the low-rank step, docs/method.md §12).
     design_variance : str, optional
-        The parameter intervals' design variance (default the wrappers', ``"pulled"``;
-        ``"all-rounds"``: docs/method.md §13).
+        The parameter intervals' design variance (default the wrappers', ``"auto"``;
+        ``"pulled"`` is eq. (14), docs/method.md §13).
     description : str
         A line saying what the setting is for (the grid's).
     """

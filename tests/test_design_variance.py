@@ -81,7 +81,7 @@ def test_the_compiled_design_kernels_are_the_papers_formula(projection, floor):
     rows, cols = rng.integers(d1, size=B), rng.integers(d2, size=B)
     E = np.zeros((B, d1, d2))
     E[np.arange(B), rows, cols] = 1.0
-    factors, limit = 1 / P, (np.inf if floor == 0 else 1 / floor)
+    factors = 1 / P
     weight = factors[np.arange(B), a]
     S2 = rng.uniform(size=(B, K, 2))
     for one_hot in (False, True):
@@ -91,12 +91,12 @@ def test_the_compiled_design_kernels_are_the_papers_formula(projection, floor):
         if one_hot:
             bad = _kernels.one_hot_design(
                 rows, cols, held_U, held_V, bi, ki, U[2, 1][None], V[2, 1][None], factors,
-                limit, a, weight, g, c, kappa, tr.Xs, tr.Ys, tr.x_rows, tr.y_rows,
+                floor, a, weight, g, c, kappa, tr.Xs, tr.Ys, tr.x_rows, tr.y_rows,
                 tr.Xs_sub, tr.Ys_sub, tr.Sw, S2, out,
             )  # fmt: skip
         else:
             bad = _kernels.dense_design(
-                X, held_U, held_V, bi, ki, U[2, 1][None], V[2, 1][None], factors, limit, a,
+                X, held_U, held_V, bi, ki, U[2, 1][None], V[2, 1][None], factors, floor, a,
                 weight, g, c, kappa, tr.x_rows, tr.y_rows, tr.Xs_sub, tr.Ys_sub, tr.Sw, S2,
                 out,
             )  # fmt: skip

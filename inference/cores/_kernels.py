@@ -438,7 +438,7 @@ def dense_design(
     U_new,
     V_new,
     factors,
-    limit,
+    floor,
     action,
     weight,
     g_pulled,
@@ -458,11 +458,12 @@ def dense_design(
 
     ``X`` (B, d1, d2); ``last_U`` (B, K, d1, r), ``last_V`` the held balanced factors and
     the round's changes ``bi``, ``ki`` (sorted by trial), ``U_new``, ``V_new``;
-    ``factors`` (B, K) every arm's ``1/π_t``, ``limit`` the largest that takes the
-    all-rounds term; ``g_pulled`` (B, n_T) the pulled arm's ``<G_t, X_t>`` from
+    ``factors`` (B, K) every arm's ``1/π_t``, ``floor`` the propensity from which an arm
+    takes the all-rounds term; ``g_pulled`` (B, n_T) the pulled arm's ``<G_t, X_t>`` from
     :func:`round_terms`.  Arms below the floor that were not pulled cost nothing.
     """
     B, K, d1, r = last_U.shape
+    limit = np.inf if floor == 0.0 else 1.0 / floor  # design_variance.largest_factor
     d2 = last_V.shape[2]
     R = Xs.shape[1]
     nT = Sw.shape[1]
@@ -523,7 +524,7 @@ def one_hot_design(
     U_new,
     V_new,
     factors,
-    limit,
+    floor,
     action,
     weight,
     g_pulled,
@@ -542,6 +543,7 @@ def one_hot_design(
     """:func:`dense_design` for ``X_b = e_j e_kᵀ`` (``rows``, ``cols``), at O(r) per target
     triplet beyond the targets' support for each arm (:func:`one_hot_terms`)."""
     B, K, d1, r = last_U.shape
+    limit = np.inf if floor == 0.0 else 1.0 / floor  # design_variance.largest_factor
     nT = Sw.shape[1]
     sq = np.empty(r)
     q = np.empty(r)
@@ -606,7 +608,7 @@ def probe_moments(X, flat, sums, squares):
 def round_design(
     U, V, XV, XtU, sq, action, reward, weight, c, kappa, limit, x_rows, y_rows, Xs, Ys, Sw,
     sigma_sum, S2_sum, res_out, g_out, X, last_U, last_V, bi, ki, U_new, V_new, factors,
-    largest, sums,
+    floor, sums,
 ):  # fmt: skip
     """:func:`round_terms`, then :func:`dense_design` on its ``g_out``, in one call;
     returns the first trial each refuses (-1 for none; the design is not computed for a
@@ -618,7 +620,7 @@ def round_design(
     if bad >= 0:
         return bad, -1
     return -1, dense_design(
-        X, last_U, last_V, bi, ki, U_new, V_new, factors, largest, action, weight, g_out, c,
+        X, last_U, last_V, bi, ki, U_new, V_new, factors, floor, action, weight, g_out, c,
         kappa, x_rows, y_rows, Xs, Ys, Sw, S2_sum, sums,
     )  # fmt: skip
 
@@ -627,7 +629,7 @@ def round_design(
 def one_hot_round_design(
     rows, cols, U, V, sq, action, reward, weight, c, kappa, limit, Xs_full, Ys_full, x_rows,
     y_rows, Xs, Ys, Sw, sigma_sum, S2_sum, res_out, g_out, last_U, last_V, bi, ki, U_new,
-    V_new, factors, largest, sums,
+    V_new, factors, floor, sums,
 ):  # fmt: skip
     """:func:`round_design` for completion contexts: :func:`one_hot_terms`, then
     :func:`one_hot_design`."""
@@ -638,6 +640,6 @@ def one_hot_round_design(
     if bad >= 0:
         return bad, -1
     return -1, one_hot_design(
-        rows, cols, last_U, last_V, bi, ki, U_new, V_new, factors, largest, action, weight,
+        rows, cols, last_U, last_V, bi, ki, U_new, V_new, factors, floor, action, weight,
         g_out, c, kappa, Xs_full, Ys_full, x_rows, y_rows, Xs, Ys, Sw, S2_sum, sums,
     )  # fmt: skip

@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 
 from inference.results import trials_phrase
-from lrbandit_gym import engine
 from lrbandit_gym.onehot import OneHotContexts
 
 __all__ = [
@@ -116,11 +115,12 @@ class ContextCheck:
             return law.predicted_moment(self._A)
         return law.predicted_moment(self._A)[None]
 
-    def add(self, X: np.ndarray | OneHotContexts) -> None:
-        """Absorb one round's contexts ``(B, d1, d2)`` (or one-hot indices)."""
+    def add(self, X: np.ndarray | OneHotContexts, compiled: bool = False) -> None:
+        """Absorb one round's contexts ``(B, d1, d2)`` (or one-hot indices); ``compiled``:
+        the round runs the compiled kernels (the caller's round has checked the engine)."""
         if isinstance(X, OneHotContexts):
             u = self._A[:, X.rows, X.cols].T  # (B, k)
-        elif X.shape[0] == 1 and engine.compiled():  # one context: one loop, no temporaries
+        elif X.shape[0] == 1 and compiled:  # one context: one loop, no temporaries
             from inference.cores import _kernels
 
             _kernels.probe_moments(X.reshape(1, -1), self._flat, self._sum, self._sq)

@@ -29,7 +29,7 @@ import numpy as np
 
 from agents.estimator.products import one_hot_products
 from inference.cores.checks import check_matrix_stack
-from inference.cores.design_variance import all_arm_terms, design_terms, largest_factor
+from inference.cores.design_variance import all_arm_terms, design_terms
 from inference.cores.tangent_space import pulled_arm_terms
 from inference.results import trials_phrase
 from lrbandit_gym import engine
@@ -268,11 +268,16 @@ def propose(core, round_: Round, estimate: PulledEstimate, weight=None) -> Round
         res = np.empty(s.B)
         g = np.empty((s.B, s.S2_sum.shape[2]))
         tr = s.triplets
-        changes = (*_by_trial(changes), *changes[4:])  # as the kernels walk them
+        bi, ki = changes[:2]  # sorted by trial, as the kernels walk them, and contiguous
+        if bi.size > 1 and (np.diff(bi) < 0).any():  # (np.nonzero's strided views: one
+            order = np.argsort(bi, kind="stable")  # compiled signature serves)
+            changes = tuple(x[order] for x in changes[:4]) + changes[4:]
+        else:
+            changes = (np.ascontiguousarray(bi), np.ascontiguousarray(ki), *changes[2:])
         if core.design_floor is not None:  # every arm's design terms in the same call
             design = np.empty(s.S2_sum.shape)
-            held = (s.sum.last_U, s.sum.last_V, *changes[:4])
-            held += (factors, largest_factor(core.design_floor), design)
+            held = (s.sum.last_U, s.sum.last_V, *changes[:4], factors, core.design_floor)
+            held += (design,)
         if one_hot:  # the pulled arm's O(r) part
             args = (
                 X.rows, X.cols, Ua, Va, products[2], action, reward, weight, c, s.kappa,
@@ -354,16 +359,6 @@ def _design_sums(core, g, action, weight, factors) -> np.ndarray:
         sums = s.S2_sum + design_terms(g, factors, core.design_floor, action, weight, core.c)
     _refuse_design(core, ~np.isfinite(sums).all(axis=(1, 2)))
     return sums
-
-
-def _by_trial(changes: tuple) -> tuple[np.ndarray, ...]:
-    """The changes ``(bi, ki, U_new, V_new)`` sorted by trial (the kernels walk them so),
-    ``bi`` and ``ki`` contiguous (np.nonzero's strided views: one compiled signature)."""
-    bi, ki, U_new, V_new = changes[:4]
-    if bi.size > 1 and (np.diff(bi) < 0).any():
-        order = np.argsort(bi, kind="stable")
-        return bi[order], ki[order], U_new[order], V_new[order]
-    return np.ascontiguousarray(bi), np.ascontiguousarray(ki), U_new, V_new
 
 
 def _refuse_design(core, overflow: np.ndarray) -> None:
@@ -510,7 +505,7 @@ def commit(core, terms: RoundTerms) -> None:
     changes, X, action, weight, res, g = terms[:6]
     debias = core.debias
     if core.check_contexts:
-        s.check.add(X)  # against the law before this round (context_check)
+        s.check.add(X, terms.compiled)  # against the law before this round (context_check)
     if terms.compiled:
         from inference.cores import _kernels
 

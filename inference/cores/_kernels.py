@@ -412,46 +412,43 @@ def _arm_factors(b, k, last_U, last_V, bi, ki, U_new, V_new):
 
 
 @njit(cache=True)
-def _write_design(b, k, g, factors, limit, weight, c, S2_sum, out):
-    """Trial ``b``, arm ``k``'s ``S2_sum`` plus its design terms from ``g`` (n_T,) into
-    ``out`` (inference.cores.design_variance): ``c² g² / π`` at ``1/π <= limit``, the
-    pulled arm's ``(c w g)²`` below; returns whether one is not finite."""
-    f = factors[b, k]
-    above = f <= limit
+def _computes(b, k, action, factors, limit):
+    """Whether trial ``b``'s arm ``k`` needs its own ``<G, X_t>``: not pulled, and its
+    ``1/π`` at most ``limit`` (the all-rounds term)."""
+    return k != action[b] and factors[b, k] <= limit
+
+
+@njit(cache=True)
+def _write_trial_design(b, action, g_pulled, g_arms, factors, limit, weight, c, S2_sum, out):
+    """Trial ``b``'s ``S2_sum`` plus its design terms into ``out``
+    (inference.cores.design_variance): ``c² g² / π`` where ``1/π <= limit`` (``g`` the
+    pulled arm's ``g_pulled[b]``, another arm's ``g_arms[k]``), the pulled arm's
+    ``(c w g)²`` below, nothing for the other arms below; returns whether a sum is not
+    finite."""
+    a = action[b]
     cw = c * weight[b]
     bad = False
-    for m in range(g.shape[0]):
-        t = c * c * g[m] * g[m] * f if above else cw * cw * g[m] * g[m]
-        out[b, k, m] = S2_sum[b, k, m] + t
-        if not np.isfinite(out[b, k, m]):
-            bad = True
+    for k in range(factors.shape[1]):
+        f = factors[b, k]
+        above = f <= limit
+        for m in range(out.shape[2]):
+            if k == a:
+                gm = g_pulled[b, m]
+                t = c * c * gm * gm * f if above else cw * cw * gm * gm
+            else:
+                gm = g_arms[k, m]
+                t = c * c * gm * gm * f if above else 0.0
+            out[b, k, m] = S2_sum[b, k, m] + t
+            if not np.isfinite(out[b, k, m]):
+                bad = True
     return bad
 
 
 @njit(cache=True)
 def dense_design(
-    X,
-    last_U,
-    last_V,
-    bi,
-    ki,
-    U_new,
-    V_new,
-    factors,
-    floor,
-    action,
-    weight,
-    g_pulled,
-    c,
-    kappa,
-    x_rows,
-    y_rows,
-    Xs,
-    Ys,
-    Sw,
-    S2_sum,
-    out,
-):
+    X, last_U, last_V, bi, ki, U_new, V_new, factors, floor, action, weight, g_pulled, c,
+    kappa, x_rows, y_rows, Xs, Ys, Sw, S2_sum, out,
+):  # fmt: skip
     """``S2_sum`` (B, K, n_T) plus every arm's design terms of one round into ``out``,
     nothing else written (inference.cores.design_variance); returns the first trial where a
     sum would not be finite, or -1.
@@ -474,15 +471,11 @@ def dense_design(
     av = np.empty((r, R))
     bv = np.empty((r, R))
     Pb = np.empty(r)
-    g = np.empty(nT)
+    g = np.empty((K, nT))
     bad = -1
     for b in range(B):
-        a = action[b]
         for k in range(K):
-            if k == a:
-                for m in range(nT):
-                    g[m] = g_pulled[b, m]
-            elif factors[b, k] <= limit:
+            if _computes(b, k, action, factors, limit):
                 U, V = _arm_factors(b, k, last_U, last_V, bi, ki, U_new, V_new)
                 XV = np.dot(X[b], V)  # BLAS: the kernel's one O(d1 d2 r) product
                 for n in range(y_rows.shape[0]):
@@ -503,43 +496,18 @@ def dense_design(
                             t += U[i, s] * XV[i, u]
                         P[s, u] = t
                 _inverse_squares(sq, q)
-                _dense_g(U, V, XV, XtU, P, q, kappa, x_rows, y_rows, Xs, Ys, Sw, av, bv, Pb, g)
-            else:
-                for m in range(nT):
-                    out[b, k, m] = S2_sum[b, k, m]
-                continue
-            if _write_design(b, k, g, factors, limit, weight, c, S2_sum, out) and bad < 0:
+                _dense_g(U, V, XV, XtU, P, q, kappa, x_rows, y_rows, Xs, Ys, Sw, av, bv, Pb, g[k])
+        if _write_trial_design(b, action, g_pulled, g, factors, limit, weight, c, S2_sum, out):
+            if bad < 0:
                 bad = b
     return bad
 
 
 @njit(cache=True)
 def one_hot_design(
-    rows,
-    cols,
-    last_U,
-    last_V,
-    bi,
-    ki,
-    U_new,
-    V_new,
-    factors,
-    floor,
-    action,
-    weight,
-    g_pulled,
-    c,
-    kappa,
-    Xs_full,
-    Ys_full,
-    x_rows,
-    y_rows,
-    Xs,
-    Ys,
-    Sw,
-    S2_sum,
-    out,
-):
+    rows, cols, last_U, last_V, bi, ki, U_new, V_new, factors, floor, action, weight,
+    g_pulled, c, kappa, Xs_full, Ys_full, x_rows, y_rows, Xs, Ys, Sw, S2_sum, out,
+):  # fmt: skip
     """:func:`dense_design` for ``X_b = e_j e_kᵀ`` (``rows``, ``cols``), at O(r) per target
     triplet beyond the targets' support for each arm (:func:`one_hot_terms`)."""
     B, K, d1, r = last_U.shape
@@ -548,15 +516,11 @@ def one_hot_design(
     sq = np.empty(r)
     q = np.empty(r)
     term = np.empty(Xs.shape[1])
-    g = np.empty(nT)
+    g = np.empty((K, nT))
     bad = -1
     for b in range(B):
-        a = action[b]
         for k in range(K):
-            if k == a:
-                for m in range(nT):
-                    g[m] = g_pulled[b, m]
-            elif factors[b, k] <= limit:
+            if _computes(b, k, action, factors, limit):
                 U, V = _arm_factors(b, k, last_U, last_V, bi, ki, U_new, V_new)
                 for s in range(r):
                     t = 0.0
@@ -579,13 +543,10 @@ def one_hot_design(
                     Ys,
                     Sw,
                     term,
-                    g,
+                    g[k],
                 )
-            else:
-                for m in range(nT):
-                    out[b, k, m] = S2_sum[b, k, m]
-                continue
-            if _write_design(b, k, g, factors, limit, weight, c, S2_sum, out) and bad < 0:
+        if _write_trial_design(b, action, g_pulled, g, factors, limit, weight, c, S2_sum, out):
+            if bad < 0:
                 bad = b
     return bad
 

@@ -265,7 +265,7 @@ def test_wrappers_on_indices_equal_the_dense_formulas(eng):
     """ParameterInference fed index observations (O((d1 + d2) r) rounds, the held estimates
     replaced in place) equals Algorithms 2-3 computed with the dense matrices (eq. (14)'s
     design variance), and the same run on matrix observations gives the same numbers, with
-    eq. (14) and with the default design variance."""
+    eq. (14) and with every round's design terms."""
     params, wrapped, history = _watched_run("index", eng, design_variance="pulled")
     core = params.core
     assert core.n_obs == len(history) == 600
@@ -274,9 +274,9 @@ def test_wrappers_on_indices_equal_the_dense_formulas(eng):
         np.testing.assert_allclose(core.debiased_mean(i), M_unbs[i], rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(core.sigma2, sigma2, rtol=1e-10)
     np.testing.assert_allclose(core.S2, S2, rtol=1e-8, atol=1e-10 * S2.max())
-    for dv in ("pulled", "auto"):
-        if dv == "auto":
-            params, wrapped, _ = _watched_run("index", eng)
+    for dv in ("pulled", "all-rounds"):
+        if dv == "all-rounds":
+            params, wrapped, _ = _watched_run("index", eng, design_variance=dv)
         dense_params, dense_value, _ = _watched_run("matrix", eng, design_variance=dv)
         for i in range(2):
             for name in _targets():

@@ -195,8 +195,9 @@ def _shared_run(name, dv, context, policy):
 @pytest.mark.parametrize("context", ["gaussian", "completion"])
 @pytest.mark.parametrize("policy", ["epsilon-greedy", "softmax"])
 def test_the_compiled_kernels_agree_with_numpy(context, policy):
-    numba = _shared_run("numba", "auto", context, policy)
-    numpy = _shared_run("numpy", "auto", context, policy)
+    dv = "auto" if context == "gaussian" else "all-rounds"  # completion's "auto" is eq. (14)
+    numba = _shared_run("numba", dv, context, policy)
+    numpy = _shared_run("numpy", dv, context, policy)
     np.testing.assert_allclose(numba, numpy, rtol=1e-10)
     assert not np.allclose(numpy, _shared_run("numpy", "pulled", context, policy), rtol=1e-3)
 
@@ -254,6 +255,11 @@ def test_laws_and_cores_it_cannot_serve_refuse_all_rounds_and_take_eq_14_for_aut
         assert cls(4, 3, 1, 2, targets).design_floor is None  # "auto": eq. (14)
     assert LinearFormInference(4, 3, 1, 2, targets, context_law="estimated").design_floor is None
     assert LinearFormInference(4, 3, 1, 2, targets).design_floor == DESIGN_FLOOR
+    # completion contexts: "auto" is eq. (14); "all-rounds" is there when asked for
+    completion = {"context": "completion"}
+    assert LinearFormInference(4, 3, 1, 2, targets, **completion).design_floor is None
+    every = LinearFormInference(4, 3, 1, 2, targets, design_variance="all-rounds", **completion)
+    assert every.design_floor == 0
     with pytest.raises(ValueError, match="design_variance"):
         LinearFormInference(4, 3, 1, 2, targets, design_variance="every")
 
@@ -360,7 +366,9 @@ def test_a_log_replayed_by_analyze_gives_the_live_intervals(tmp_path, context, o
         live.results(), replayed.results, pulled.results, strict=True
     ):
         np.testing.assert_allclose(b.standard_error, a.standard_error, rtol=1e-10, err_msg=label)
-        assert b.estimate == c.estimate and b.standard_error != c.standard_error, label
+        assert b.estimate == c.estimate, label
+        # "auto" is eq. (14) on completion contexts, every round's term on dense ones
+        assert (b.standard_error == c.standard_error) == (context == "completion"), label
 
 
 def test_analyze_needs_the_pmf_and_the_cli_names_the_option(tmp_path, capsys):

@@ -11,21 +11,27 @@ it give the same conditional mean without the indicator::
     n Ŝ²_i = Σ_t c² <G_{i,t}, X_t>² / π_t(i | X_t)                   (design_variance="all-rounds")
 
 and so does any mix of the two chosen by ``π_t(i | X_t)`` itself, which is known before
-the arm is drawn.  The default takes a round's all-rounds term where the arm's propensity
-is at least ``f =`` :data:`DESIGN_FLOOR`, and eq. (14)'s below it (design_variance="auto")::
+the arm is drawn.  On dense contexts the default takes a round's all-rounds term where the
+arm's propensity is at least ``f =`` :data:`DESIGN_FLOOR`, and eq. (14)'s below it
+(design_variance="auto"); on completion contexts it is eq. (14)::
 
     n Ŝ²_i = Σ_t [ 1{π_t(i|X_t) ≥ f} c²<G_{i,t}, X_t>²/π_t(i|X_t)
                   + 1{π_t(i|X_t) < f} 1{a_t = i} c²<G_{i,t}, X_t>²/π_t(i)² ]
 
 Why: eq. (14) rests on the rounds that pulled the arm.  An arm explored with probability
-``ε/K`` leaves a handful of terms of weight ``1/π²``, and a single-entry target under
-completion contexts counts only the rounds that reveal its row or column, so ``Ŝ`` is small
-by chance in some trials and their intervals under-cover; the all-rounds term has one every
-round.  Where an arm's propensity is tiny in some contexts (a softmax policy at a low
-temperature), the all-rounds sum is dominated by those contexts, in which the arm is almost
-never pulled: the predictable variance then describes events a run of thousands of rounds
-rarely sees, and the interval becomes far wider than the estimate's spread.  Below the floor
-eq. (14)'s terms count what did happen.
+``ε/K`` leaves a handful of terms of weight ``1/π²``, so ``Ŝ`` is small by chance in some
+trials, together with ``σ̂²``, whose inverse-propensity mean rests on the same rounds, and
+their intervals under-cover; the all-rounds term has one every round.  Where an arm's
+propensity is tiny in some contexts (a softmax policy at a low temperature), the all-rounds
+sum is dominated by those contexts, in which the arm is almost never pulled: the
+predictable variance then describes events a run of thousands of rounds rarely sees, and
+the interval becomes far wider than the estimate's spread.  Below the floor eq. (14)'s
+terms count what did happen.  Under completion contexts ``<G_{i,t}, X_t>²`` is a
+heavy-tailed draw (the revealed entry either lies on a target's rows and columns or not),
+and the noise the estimate carries is that of the entries the pulled rounds revealed:
+eq. (14) sums exactly those, while the all-rounds sum averages over entries the arm never
+saw, so its intervals under-cover there (docs/reproduction.md, "Where few rounds carry an
+arm").
 
 :func:`design_terms_reference` is one round's terms in plain numpy; the core runs
 :func:`all_arm_terms` and :func:`design_terms` (or the compiled kernels of

@@ -199,11 +199,13 @@ class LinearFormCore:
         #: "all-rounds" (:mod:`inference.cores.design_variance`, docs/method.md §13).
         self.design_variance = design_variance
         #: The propensity from which a round's design term is the all-rounds one: None for
-        #: eq. (14) alone ("pulled", and "auto" where the rounds or the law do not allow
-        #: the all-rounds term), 0 for every round, ``DESIGN_FLOOR`` for "auto".
+        #: eq. (14) alone ("pulled", and "auto" on completion contexts or where the rounds
+        #: or the law do not allow the all-rounds term), 0 for every round,
+        #: ``DESIGN_FLOOR`` for "auto" on dense contexts.
         self.design_floor = (
             None
             if not (self.ipw and self.all_rounds_design and self.c is not None)
+            or (design_variance == "auto" and self.context == "completion")
             else design_floor(design_variance)
         )
         self.check_contexts = check_contexts
@@ -347,13 +349,15 @@ class LinearFormInference(LinearFormCore):
         docs/method.md §13).  "pulled" is eq. (14), ``(1/n) Σ_t 1{a_t=i}/π_t(i)² c²<G_t,
         X_t>²``; "all-rounds" is ``(1/n) Σ_t c²<G_{i,t}, X_t>²/π_t(i)`` over every round,
         with the same conditional mean and far less noise where few rounds pull the arm
-        (an arm explored with probability ``ε/K``, a single-entry completion target);
-        "auto" takes a round's all-rounds term where ``π_t(i | X_t)`` is at least
-        ``DESIGN_FLOOR`` (0.01) and eq. (14)'s below it, so that contexts in which the
-        arm is almost never pulled do not inflate the interval.  "all-rounds" needs every
-        arm's propensity positive in every round; both need the weights ``1/π_t`` and a law
-        with ``Σ = I/c``, and "auto" is "pulled" where they are not
-        (:attr:`design_floor` None).
+        (an arm explored with probability ``ε/K``);
+        "auto" takes, on dense contexts, a round's all-rounds term where ``π_t(i | X_t)``
+        is at least ``DESIGN_FLOOR`` (0.01) and eq. (14)'s below it, so that contexts in
+        which the arm is almost never pulled do not inflate the interval; on completion
+        contexts it is eq. (14), whose sum over the revealed entries of the pulled rounds
+        follows the noise the estimate actually carries.  "all-rounds" needs every arm's
+        propensity positive in every round; both need the weights ``1/π_t`` and a law
+        with ``Σ = I/c``, and "auto" is "pulled" where they are not (:attr:`design_floor`
+        None).
     projection : {"auto", "tangent", "paper", "none"}, default "auto"
         ``G_t`` in ``S^2``: "paper" is ``P_U⊥ T P_V + P_U T P_V⊥`` (eq. (14));
         "tangent" is the full tangent-space projection ``T - P_U⊥ T P_V⊥``, which also keeps

@@ -170,10 +170,11 @@ class ParameterInference(_ParameterInferenceBase, gym.Wrapper, RecordConstructor
         Check the contexts against the law every round; a read-out where they do not match
         warns (:class:`~inference.ContextLawWarning`).
     design_variance : {"auto", "pulled", "all-rounds"}, default "auto"
-        The design part ``Ŝ²`` of the standard error (docs/method.md §13): "auto" takes
-        each round's context and the arm's propensity in it wherever that propensity is at
-        least 0.01, and eq. (14)'s pulled rounds below; "pulled" is eq. (14) alone,
-        "all-rounds" every round's term; see :class:`inference.LinearFormInference`.
+        The design part ``Ŝ²`` of the standard error (docs/method.md §13): "auto" takes,
+        on dense contexts, each round's context and the arm's propensity in it wherever
+        that propensity is at least 0.01, and eq. (14)'s pulled rounds below, and on
+        completion contexts eq. (14); "pulled" is eq. (14) alone, "all-rounds" every
+        round's term; see :class:`inference.LinearFormInference`.
     **sgd_kwargs
         ``step_scale``, ``step_offset``, ``step_decay`` of the own estimator.
 

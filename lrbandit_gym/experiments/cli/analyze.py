@@ -242,9 +242,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         choices=["auto", "pulled", "all-rounds"],
         default="auto",
         help="the design part of the parameter intervals' standard error: auto (default: "
-        "every round's context and the arm's propensity in it where that is at least 0.01, "
-        "eq. (14)'s pulled rounds below; pulled on a log without the pmf column), pulled "
-        "(eq. (14)) or all-rounds (needs the pmf column); docs/method.md §13",
+        "on dense contexts every round's context and the arm's propensity in it where that "
+        "is at least 0.01, eq. (14)'s pulled rounds below; pulled on completion contexts "
+        "and on a log without the pmf column), pulled (eq. (14)) or all-rounds (needs the "
+        "pmf column); docs/method.md §13",
     )
     p.add_argument(
         "--kind",

@@ -181,10 +181,10 @@ def _add_inference_arguments(inf) -> None:
     inf.add_argument(
         "--design-variance",
         choices=["auto", "pulled", "all-rounds"],
-        help="the design part of the parameter intervals' standard error (default auto: "
-        "every round's context and the arm's propensity in it where that is at least 0.01, "
-        "eq. (14)'s pulled rounds below; pulled: eq. (14) alone; all-rounds: every round's "
-        "term; docs/method.md §13)",
+        help="the design part of the parameter intervals' standard error (default auto: on "
+        "dense contexts every round's context and the arm's propensity in it where that is "
+        "at least 0.01, eq. (14)'s pulled rounds below, on completion contexts eq. (14); "
+        "pulled: eq. (14) alone; all-rounds: every round's term; docs/method.md §13)",
     )
     inf.add_argument(
         "--tuning-n",

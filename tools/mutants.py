@@ -386,7 +386,8 @@ def _pytest(
     run_env = dict(os.environ, **env)
     run_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(copy), run_env.get("PYTHONPATH")]))
     run_env["PYTHONDONTWRITEBYTECODE"] = "1"  # every run compiles the sources it sees
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-rfE"]
+    # One process (-n 0): a mutant's few test files gain nothing from workers.
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-rfE", "-n", "0"]
     command += ["-p", "no:cacheprovider", "-W", "ignore", *tests]
     command += [f"--deselect={node}" for node in deselect]
     start = time.perf_counter()

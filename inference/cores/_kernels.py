@@ -159,6 +159,16 @@ def _inverse_squares(sq, q):
 
 
 @njit(cache=True)
+def _row_dot(A, rows, s, B, ll):
+    """``Σ_i A[rows[i], s] · B[i, ll]``: column ``s`` of ``A`` read at a target's support
+    rows against column ``ll`` of its singular vectors there."""
+    t = 0.0
+    for i in range(rows.shape[0]):
+        t += A[rows[i], s] * B[i, ll]
+    return t
+
+
+@njit(cache=True)
 def _dense_g(U, V, XV, XtU, P, q, kappa, x_rows, y_rows, Xs, Ys, Sw, av, bv, Pb, g_row):
     """``<G, X>`` of every target into ``g_row`` (n_T,) for one arm's balanced factors ``U``
     (d1, r), ``V`` (d2, r), ``XV = X V``, ``XtU = Xᵀ U`` (read at the rows ``x_rows``,
@@ -167,14 +177,8 @@ def _dense_g(U, V, XV, XtU, P, q, kappa, x_rows, y_rows, Xs, Ys, Sw, av, bv, Pb,
     R = Xs.shape[1]
     for ll in range(R):
         for s in range(r):
-            ta = 0.0
-            for i in range(x_rows.shape[0]):
-                ta += U[x_rows[i], s] * Xs[i, ll]
-            av[s, ll] = ta * q[s]
-            tb = 0.0
-            for i in range(y_rows.shape[0]):
-                tb += V[y_rows[i], s] * Ys[i, ll]
-            bv[s, ll] = tb * q[s]
+            av[s, ll] = _row_dot(U, x_rows, s, Xs, ll) * q[s]
+            bv[s, ll] = _row_dot(V, y_rows, s, Ys, ll) * q[s]
     for m in range(Sw.shape[1]):
         g = 0.0
         for ll in range(R):
@@ -183,12 +187,8 @@ def _dense_g(U, V, XV, XtU, P, q, kappa, x_rows, y_rows, Xs, Ys, Sw, av, bv, Pb,
             # <x y^T, P_U X> + <x y^T, X P_V> - kappa <x y^T, P_U X P_V>
             t1 = 0.0
             for s in range(r):
-                utxy = 0.0
-                for i in range(y_rows.shape[0]):
-                    utxy += XtU[y_rows[i], s] * Ys[i, ll]
-                xtxv = 0.0
-                for i in range(x_rows.shape[0]):
-                    xtxv += XV[x_rows[i], s] * Xs[i, ll]
+                utxy = _row_dot(XtU, y_rows, s, Ys, ll)
+                xtxv = _row_dot(XV, x_rows, s, Xs, ll)
                 t1 += av[s, ll] * utxy + xtxv * bv[s, ll]
             for s in range(r):
                 pb = 0.0
@@ -327,14 +327,8 @@ def _one_hot_g(U, V, j, k, q, kappa, Xs_full, Ys_full, x_rows, y_rows, Xs, Ys, S
         alpha = 0.0
         beta = 0.0
         for s in range(r):
-            ta = 0.0
-            for i in range(x_rows.shape[0]):
-                ta += U[x_rows[i], s] * Xs[i, ll]
-            tb = 0.0
-            for i in range(y_rows.shape[0]):
-                tb += V[y_rows[i], s] * Ys[i, ll]
-            alpha += ta * q[s] * U[j, s]
-            beta += tb * q[s] * V[k, s]
+            alpha += _row_dot(U, x_rows, s, Xs, ll) * q[s] * U[j, s]
+            beta += _row_dot(V, y_rows, s, Ys, ll) * q[s] * V[k, s]
         term[ll] = Ys_full[k, ll] * alpha + Xs_full[j, ll] * beta - kappa * alpha * beta
     for m in range(Sw.shape[1]):
         g = 0.0

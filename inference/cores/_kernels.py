@@ -147,6 +147,16 @@ def round_terms(
 
 
 @njit(cache=True)
+def _column_squares(U, sq):
+    """The squared column norms of ``U`` (d, r) into ``sq`` (r,): ``D`` of balanced factors."""
+    for s in range(U.shape[1]):
+        t = 0.0
+        for i in range(U.shape[0]):
+            t += U[i, s] * U[i, s]
+        sq[s] = t
+
+
+@njit(cache=True)
 def _inverse_squares(sq, q):
     """``q = D^{-1}`` from the squared column norms ``sq`` (r,) of balanced factors; columns
     below ``EIG_FLOOR`` times the largest get 0 (they leave the basis)."""
@@ -479,11 +489,8 @@ def dense_design(
                         for i in range(d1):
                             t += X[b, i, y] * U[i, s]
                         XtU[y, s] = t
+                _column_squares(U, sq)
                 for s in range(r):
-                    t = 0.0
-                    for i in range(d1):
-                        t += U[i, s] * U[i, s]
-                    sq[s] = t
                     for u in range(r):
                         t = 0.0
                         for i in range(d1):
@@ -516,29 +523,12 @@ def one_hot_design(
         for k in range(K):
             if _computes(b, k, action, factors, limit):
                 U, V = _arm_factors(b, k, last_U, last_V, bi, ki, U_new, V_new)
-                for s in range(r):
-                    t = 0.0
-                    for i in range(d1):
-                        t += U[i, s] * U[i, s]
-                    sq[s] = t
+                _column_squares(U, sq)
                 _inverse_squares(sq, q)
                 _one_hot_g(
-                    U,
-                    V,
-                    rows[b],
-                    cols[b],
-                    q,
-                    kappa,
-                    Xs_full,
-                    Ys_full,
-                    x_rows,
-                    y_rows,
-                    Xs,
-                    Ys,
-                    Sw,
-                    term,
-                    g[k],
-                )
+                    U, V, rows[b], cols[b], q, kappa, Xs_full, Ys_full, x_rows, y_rows, Xs,
+                    Ys, Sw, term, g[k],
+                )  # fmt: skip
         if _write_trial_design(b, action, g_pulled, g, factors, limit, weight, c, S2_sum, out):
             if bad < 0:
                 bad = b

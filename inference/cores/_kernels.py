@@ -511,7 +511,7 @@ def one_hot_design(
 ):  # fmt: skip
     """:func:`dense_design` for ``X_b = e_j e_kᵀ`` (``rows``, ``cols``), at O(r) per target
     triplet beyond the targets' support for each arm (:func:`one_hot_terms`)."""
-    B, K, d1, r = last_U.shape
+    B, K, _, r = last_U.shape
     limit = np.inf if floor == 0.0 else 1.0 / floor  # design_variance.largest_factor
     nT = Sw.shape[1]
     sq = np.empty(r)

@@ -65,9 +65,13 @@ DESIGN_VARIANCES = ("auto", "pulled", "all-rounds")
 DESIGN_FLOOR = 0.01
 
 
-def design_floor(design_variance: str) -> float | None:
-    """The propensity floor of a design variance: None for eq. (14) alone ("pulled"), 0
-    for every round's term ("all-rounds"), :data:`DESIGN_FLOOR` for "auto"."""
+def design_floor(design_variance: str, context: str = "gaussian") -> float | None:
+    """The propensity floor of a design variance on ``context`` ("gaussian" or
+    "completion"): None for eq. (14) alone ("pulled", and "auto" on completion contexts),
+    0 for every round's term ("all-rounds"), :data:`DESIGN_FLOOR` for "auto" on dense
+    contexts."""
+    if design_variance == "auto" and context == "completion":
+        return None  # heavy-tailed designs: eq. (14) follows the revealed entries' noise
     return {"pulled": None, "all-rounds": 0.0, "auto": DESIGN_FLOOR}[design_variance]
 
 

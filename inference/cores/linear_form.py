@@ -205,8 +205,7 @@ class LinearFormCore:
         self.design_floor = (
             None
             if not (self.ipw and self.all_rounds_design and self.c is not None)
-            or (design_variance == "auto" and self.context == "completion")
-            else design_floor(design_variance)
+            else design_floor(design_variance, self.context)
         )
         self.check_contexts = check_contexts
         B = 1 if self.n_trials is None else self.n_trials

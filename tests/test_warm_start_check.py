@@ -121,3 +121,34 @@ def test_policy_checks_only_on_request():
             assert "EpsilonGreedy's warm start (100 rounds)" in str(ours[0].message)
             assert "warm_start=600" in str(ours[0].message)
             assert ours[0].filename == __file__
+
+
+def completion_rounds(n, B, d=10, sigma=0.02, seed=0):
+    """``B`` trials of ``n`` uniform rounds of completion contexts (two rank-1 arms of unit
+    norm, as the environment draws them, noise ``sigma``), as indices."""
+    from lrbandit_gym.onehot import OneHotContexts
+
+    rng = np.random.default_rng(seed)
+    M = np.stack([np.outer(rng.standard_normal(d), rng.standard_normal(d)) for _ in range(2)])
+    M /= np.linalg.norm(M, axis=(1, 2), keepdims=True)
+    rows, cols = rng.integers(0, d, (B, n)), rng.integers(0, d, (B, n))
+    a = rng.integers(0, 2, (B, n))
+    y = M[a, rows, cols] + sigma * rng.standard_normal((B, n))
+    return OneHotContexts(rows, cols, d, d), a, y
+
+
+def test_completion_default_brings_the_fit_to_the_noise_level():
+    """The completion default (c dof rounds, capped) leaves ‖M_init − M‖²_F/σ² near 1 at
+    10 x 10, r = 1 (c dof / n ≈ 1.2), where the recovery rule's 400 rounds leave it near 20:
+    the check's mean ratio over 400 trials, whose standard error is about 0.5."""
+    from agents.warm_start import default_warm_start_rounds, recovery_rounds
+
+    default = default_warm_start_rounds(10, 10, 1, 2, "completion")
+    short = recovery_rounds(10, 10, 1, 2, "completion")
+    assert (default, short) == (3200, 400)
+    means = {}
+    for n in (short, default):
+        X, a, y = completion_rounds(n, B=400)
+        means[n] = check_warm_start(X, a, y, 2, rank=1, context="completion").ratio.mean(axis=0)
+    assert (means[short] > 10).all(), means
+    assert (means[default] < 3).all(), means

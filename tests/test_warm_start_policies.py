@@ -18,12 +18,14 @@ import lrbandit_gym  # noqa: F401  (registers the environment)
 from agents import Decision, EpsilonGreedy, Softmax
 from agents.low_rank import LowRankPolicy
 from agents.warm_start import (
+    COMPLETION_MAX_FACTOR,
     START_SCALE,
     WarmStartBuffer,
     default_warm_start_rounds,
     initial_estimate,
     min_warm_start_pulls,
     nuclear_norm_fit,
+    recovery_rounds,
     warm_start_buffer_bytes,
 )
 from lrbandit_gym.input_checks import MAX_MAGNITUDE
@@ -214,13 +216,35 @@ def test_contexts_beyond_float32_are_refused_by_the_buffer():
         ((50, 50, 7, 2), 4600),
         ((20, 20, 2, 2), 600),
         ((6, 5, 2, 2), 200),
-        ((50, 50, 3, 2, "completion"), 9400),
-        ((20, 20, 2, 2, "completion"), 2000),
+        ((50, 50, 3, 2, "completion"), 75200),  # 8 x 9400: c dof = 1.46e6 is capped
+        ((20, 20, 2, 2, "completion"), 16000),  # 8 x 2000
+        ((10, 10, 1, 2, "completion"), 3200),  # 8 x 400 below c dof = 3800
+        ((6, 5, 2, 2, "completion"), 1100),  # c dof = 1080, between 400 and 8 x 400
+        ((2, 2, 1, 2, "completion"), 100),  # c dof = 24 below the recovery rule's 100
         ((2, 2, 1, 2), 100),
     ],
 )
 def test_default_warm_start_rule(args, rounds):
     assert default_warm_start_rounds(*args) == rounds
+
+
+@pytest.mark.parametrize(
+    ("args", "rounds"),
+    [
+        ((50, 50, 3, 2), 2100),
+        ((50, 50, 3, 2, "completion"), 9400),
+        ((10, 10, 1, 2, "completion"), 400),
+    ],
+)
+def test_recovery_rule_is_the_gaussian_default_and_the_completion_base(args, rounds):
+    assert recovery_rounds(*args) == rounds
+    if len(args) == 4:
+        assert default_warm_start_rounds(*args) == rounds
+    else:  # completion: c dof, capped at COMPLETION_MAX_FACTOR times the recovery rule
+        d1, d2, r, k, _ = args
+        c_dof = d1 * d2 * k * r * (d1 + d2 - r)
+        expected = min(c_dof, COMPLETION_MAX_FACTOR * rounds)
+        assert default_warm_start_rounds(*args) == 100 * -(-expected // 100)
 
 
 def test_default_warm_start_rule_validates():

@@ -189,6 +189,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_step_size.py",),
     ),
     Mutant(
+        "completion_warm_start_recovery_only",
+        "the completion default warm start stops at the recovery rule, short of the noise level",
+        "agents/warm_start/rules.py",
+        "rounds = max(recovery, min(noise_level, COMPLETION_MAX_FACTOR * recovery))",
+        "rounds = recovery + 0 * noise_level",
+        ("tests/test_warm_start_check.py",),
+    ),
+    Mutant(
         "lindeberg_mean_not_max",
         "the Lindeberg check reads the mean factor instead of the largest (never warns)",
         "inference/cores/weight_share.py",

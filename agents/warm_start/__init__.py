@@ -39,10 +39,12 @@ from agents.warm_start.memory_pool import reuse_buffer_memory
 from agents.warm_start.phase import DEFAULT_MAX_MEMORY_BYTES, WarmStart
 from agents.warm_start.proximal import NuclearNormFit
 from agents.warm_start.rules import (
+    COMPLETION_MAX_FACTOR,
     ROUNDS_PER_DOF,
     START_SCALE,
     default_warm_start_rounds,
     min_warm_start_pulls,
+    recovery_rounds,
 )
 from agents.warm_start.streaming import (
     WARM_START_FITS,
@@ -53,6 +55,7 @@ from agents.warm_start.streaming import (
 )
 
 __all__ = [
+    "COMPLETION_MAX_FACTOR",
     "DEFAULT_MAX_MEMORY_BYTES",
     "DEFAULT_PENALTY_SCALE",
     "ROUNDS_PER_DOF",
@@ -73,6 +76,7 @@ __all__ = [
     "initial_estimate",
     "min_warm_start_pulls",
     "nuclear_norm_fit",
+    "recovery_rounds",
     "reuse_buffer_memory",
     "streaming_warm_start_bytes",
     "warm_start_buffer_bytes",

@@ -43,7 +43,9 @@ The rule, :func:`extends`: after the default number of rounds, a trial *needs* m
 ``ρ² > 1/64``; a batch of trials (which share one warm-start length: the trials of a vector
 env play in lock step) extends while at least half of its trials need more
 (:data:`EXTEND_FRACTION`).  Extending doubles the length, up to :data:`MAX_EXTENSION` = 8
-times the default and within the phase's memory limit, then fits and measures again.
+times :func:`~agents.warm_start.rules.recovery_rounds` (the default length, but for
+completion contexts, whose default may already be that long) and within the phase's
+memory limit, then fits and measures again.
 :class:`~agents.warm_start.phase.WarmStart` applies it for the low-rank policies' default
 warm start only: an explicit length is the user's and is kept exactly, the streaming fit
 keeps no held-out rounds, and the inference wrappers' own warm start (which observes
@@ -68,7 +70,8 @@ __all__ = [
 #: Largest noise-to-signal ratio ``ρ²`` (NSR) the default warm start accepts.
 MAX_NOISE_TO_SIGNAL = 1.0 / 64.0
 
-#: Longest extended warm start, in multiples of the default length.
+#: Longest extended warm start, in multiples of
+#: :func:`~agents.warm_start.rules.recovery_rounds`.
 MAX_EXTENSION = 8
 
 #: Fraction of a batch's trials that must need more rounds for the batch to extend.

@@ -27,7 +27,8 @@ the first rounds it sees, weighted by ``1/π`` (:mod:`inference.wrappers.own_est
    phase, also its error against the gaps between the arms its greedy rules compare, the
    noise-to-signal ratio ``ρ²`` of :mod:`agents.warm_start.extension`: while at
    least half of the trials have ``ρ² > 1/64`` the phase doubles its length (at most 8
-   times the default, within ``max_memory_bytes``), keeps its rounds and goes on; the
+   times :func:`~agents.warm_start.rules.recovery_rounds`, the default's own length but
+   for completion contexts, within ``max_memory_bytes``), keeps its rounds and goes on; the
    fit and the measure run again when the longer store is full.
 5. **Rollback.**  If the fit or the check fails, the round that completed the phase is
    taken back out (:meth:`WarmStart.discard_last`) and the error raised: the owner is as it
@@ -50,7 +51,7 @@ from agents.warm_start.check import WarmStartCheck, check_buffer, check_warm_sta
 from agents.warm_start.completion import CompletionWarmStartBuffer, completion_buffer_bytes
 from agents.warm_start.dense import WarmStartBuffer, warm_start_buffer_bytes
 from agents.warm_start.extension import MAX_EXTENSION, extends, noise_to_signal
-from agents.warm_start.rules import default_warm_start_rounds
+from agents.warm_start.rules import default_warm_start_rounds, recovery_rounds
 from agents.warm_start.streaming import (
     StreamingWarmStart,
     choose_warm_start_fit,
@@ -185,7 +186,9 @@ class WarmStart:
         self._check_memory(ways_out)
         self.max_rounds = length
         if extend and rounds is None and self.method == "buffer" and n_actions > 1:
-            longest = MAX_EXTENSION * length
+            # the cap counts from the recovery rule, which a completion default already
+            # exceeds (agents.warm_start.rules)
+            longest = max(length, MAX_EXTENSION * recovery_rounds(d1, d2, rank, n_actions, context))
             while longest > length and self._store_bytes(longest) > self.max_memory_bytes:
                 longest //= 2
             self.max_rounds = longest

@@ -47,17 +47,23 @@ from agents.warm_start.inputs import CONTEXTS, fit_failure, name_list
 from lrbandit_gym.input_checks import check_choice, check_positive_int
 
 __all__ = [
+    "COMPLETION_MAX_FACTOR",
     "ROUNDS_PER_DOF",
     "START_SCALE",
     "default_warm_start_rounds",
     "fixed_directions",
     "min_warm_start_pulls",
+    "recovery_rounds",
     "start_weak_arms",
 ]
 
 #: Warm-start rounds per degree of freedom ``K r (d1 + d2 − r)`` in
 #: :func:`default_warm_start_rounds` (Gaussian contexts).
 ROUNDS_PER_DOF = 3.5
+
+#: Longest completion warm start of :func:`default_warm_start_rounds`, in multiples of
+#: :func:`recovery_rounds`.
+COMPLETION_MAX_FACTOR = 8
 
 #: Singular values of the fixed start of an arm with too few rounds, relative to the reward
 #: scale (see the module docstring, "Arms with too few rounds").
@@ -74,22 +80,29 @@ def default_warm_start_rounds(
 
     * Gaussian contexts: ``3.5 dof`` rounds (:data:`ROUNDS_PER_DOF`), rounded up to a
       multiple of 100;
-    * completion contexts: ``3.5 dof log(d1 + d2)`` rounds, rounded up to a multiple of 100.
+    * completion contexts: ``c dof`` rounds (``c = d1 d2``), at least the recovery rule
+      ``n_rec = 3.5 dof log(d1 + d2)`` (:func:`recovery_rounds`, a multiple of 100) and at
+      most :data:`COMPLETION_MAX_FACTOR` ``n_rec``, rounded up to a multiple of 100.
 
     Why: the fit of eq. (10) must bring every arm within the noise level of its truth
-    before the SGD starts (docs/method.md §3).  With Gaussian contexts every round measures
-    a random projection of the pulled arm, and the rank-r refit needs a fixed multiple of
-    the degrees of freedom: in the paper's setting (d = 50, r = 3, K = 2, 582 dof) 1000
-    rounds are too few and 2000 (3.4 per dof) are enough, and at r = 7 the same 2000 rounds
-    leave ``M_init`` too far from the truth (Table 2).  3.5 per dof gives 2100 and 4600
-    rounds there.  A completion context reveals one entry per round, and recovering a
-    rank-r matrix from uniformly sampled entries takes of the order of
-    ``r (d1 + d2) log(d1 + d2)`` of them (every row and column must be seen: the coupon
-    collector's log), hence the extra factor ``log(d1 + d2)``.
+    before the SGD starts (docs/method.md §3).  A least-squares fit of ``dof`` unknowns from
+    ``n`` rounds leaves ``‖M_init − M‖²_F ≈ σ² c dof / n`` (the ``K`` arms share the rounds),
+    so the noise level needs ``n ≳ c dof``.  With Gaussian contexts (``c = 1``) every round
+    measures a random projection of the pulled arm, and the rank-r refit needs a fixed
+    multiple of the degrees of freedom: in the paper's setting (d = 50, r = 3, K = 2, 582
+    dof) 1000 rounds are too few and 2000 (3.4 per dof) are enough, and at r = 7 the same
+    2000 rounds leave ``M_init`` too far from the truth (Table 2).  3.5 per dof gives 2100
+    and 4600 rounds there.  A completion context reveals one entry per round: recovering a
+    rank-r matrix at all takes of the order of ``r (d1 + d2) log(d1 + d2)`` of them (every
+    row and column must be seen: the coupon collector's log), and bringing it within the
+    noise level takes ``c dof``, which grows like ``d³``; the cap keeps large matrices at a
+    length a policy can play, where the online step makes up the rest (docs/reproduction.md,
+    "The grid").
 
     Values: 2100 (d = 50, r = 3, K = 2), 3400 (r = 5), 4600 (r = 7), 600 (d = 20, r = 2,
-    K = 2), 200 (d1 = 6, d2 = 5, r = 2, K = 2); completion contexts: 9400 (d = 50, r = 3,
-    K = 2), 2000 (d = 20, r = 2, K = 2).
+    K = 2), 200 (d1 = 6, d2 = 5, r = 2, K = 2); completion contexts: 3200 (d = 10, r = 1,
+    K = 2), 8800 (d = 20, r = 1, K = 2), 16000 (d = 20, r = 2, K = 2), 64000 (d = 60,
+    r = 2, K = 2), 450 (d1 = 6, d2 = 5, r = 2, K = 2).
 
     Parameters
     ----------
@@ -112,6 +125,22 @@ def default_warm_start_rounds(
     2100
     >>> default_warm_start_rounds(50, 50, 7, 2)
     4600
+    """
+    recovery = recovery_rounds(d1, d2, rank, n_actions, context)
+    if context == "gaussian":
+        return recovery
+    noise_level = d1 * d2 * n_actions * rank * (d1 + d2 - rank)  # c dof: within σ of M
+    rounds = max(recovery, min(noise_level, COMPLETION_MAX_FACTOR * recovery))
+    return 100 * math.ceil(rounds / 100)
+
+
+def recovery_rounds(d1: int, d2: int, rank: int, n_actions: int, context: str = "gaussian") -> int:
+    """Rounds that recover the arms' rank-r parameters at all: ``3.5 dof`` (Gaussian
+    contexts) or ``3.5 dof log(d1 + d2)`` (completion), rounded up to a multiple of 100.
+
+    The default warm start (:func:`default_warm_start_rounds`) for Gaussian contexts, and
+    the base of the completion default's cap and of the extension's
+    (:mod:`agents.warm_start.extension`).
     """
     d1 = check_positive_int(d1, "d1")
     d2 = check_positive_int(d2, "d2")

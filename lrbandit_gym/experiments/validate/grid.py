@@ -44,8 +44,8 @@ GRID: dict[str, ValidationSetting] = {
         policy="epsilon-greedy",
         policy_kwargs={"epsilon": 0.1},
         n=(1000, 3000),
-        description="completion with every default (400-round warm start, gain 0.03): the "
-        "warm-start check warns and the intervals under-cover",
+        description="completion with every default (the noise-level warm start of 3200 "
+        "rounds, gain 0.03)",
     ),
     "completion-hard": ValidationSetting(
         env={"d1": 20, "d2": 20, "rank": 1, "context": "completion"},

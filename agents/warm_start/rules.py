@@ -102,7 +102,7 @@ def default_warm_start_rounds(
     Values: 2100 (d = 50, r = 3, K = 2), 3400 (r = 5), 4600 (r = 7), 600 (d = 20, r = 2,
     K = 2), 200 (d1 = 6, d2 = 5, r = 2, K = 2); completion contexts: 3200 (d = 10, r = 1,
     K = 2), 8800 (d = 20, r = 1, K = 2), 16000 (d = 20, r = 2, K = 2), 64000 (d = 60,
-    r = 2, K = 2), 450 (d1 = 6, d2 = 5, r = 2, K = 2).
+    r = 2, K = 2), 1100 (d1 = 6, d2 = 5, r = 2, K = 2).
 
     Parameters
     ----------

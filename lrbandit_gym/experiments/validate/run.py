@@ -190,13 +190,17 @@ _READOUT_FIELDS = ("context_law", "projection", "design_variance")
 def _chunk_bytes(setting: ValidationSetting) -> int:
     """Bytes per trial of a chunk's largest buffers (warm-start rounds; the linear
     policy's inverse Gram matrices)."""
-    from agents.warm_start import completion_buffer_bytes
+    from agents.warm_start import completion_buffer_bytes, warm_start_buffer_bytes
 
     venv = make_env(setting.env, 1)
     d1, d2, _, k, context = problem_sizes(venv, setting)
     warm = warm_start_rounds(setting, venv)
-    # completion rounds are kept as indices, dense ones as float32 matrices
-    per = completion_buffer_bytes(warm) if context == "completion" else warm * (d1 * d2 * 4 + 24)
+    # the warm-start store's own sizes: completion rounds as indices, dense ones as matrices
+    per = (
+        completion_buffer_bytes(warm)
+        if context == "completion"
+        else warm_start_buffer_bytes(d1, d2, warm)
+    )
     low_rank = setting.policy in LOW_RANK_POLICIES
     copies = 2 if low_rank and setting.estimator == "own" else 1
     total = per * copies

@@ -155,6 +155,7 @@ def test_paper_defaults():
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_value_z_scores_are_standard_normal_at_n_300():
     """Appendix B.3's claim at n = 300 on the paper's setting (48 seeded trials, ~20-40 s),
     and a control that the bounds have power: without a warm start the estimator is

@@ -305,6 +305,7 @@ def test_stable_and_accurate_over_5k_rounds():
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_no_overflow_over_1e5_rounds():
     est, err = _paper_run(100_000, seed=1)
     U, V = est.factors

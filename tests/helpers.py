@@ -61,3 +61,50 @@ class EditStep(gym.Wrapper):
 def nan_reward(obs, reward, terminated, truncated, info):
     """An :class:`EditStep` edit: the step's reward becomes NaN."""
     return obs, float("nan"), terminated, truncated, info
+
+
+def small_comparison(jobs=1, backend="local", names=("eps", "alone", "uniform")):
+    """A seeded comparison of a few agents on a 6 x 5 bandit (5 trials of 80 rounds), on
+    ``jobs`` workers of ``backend``; ``names`` picks the agents ("ppo" where
+    stable-baselines3 is installed)."""
+    from lrbandit_gym.experiments.compare.run import (
+        OurAgent,
+        compare,
+        per_trial,
+        sb3,
+        sb3_available,
+    )
+
+    agents = {
+        "eps": OurAgent("EpsilonGreedy", {"rank": 2, "warm_start": 30}),
+        "alone": per_trial(OurAgent("UniformRandom")),
+        "uniform": OurAgent("UniformRandom"),
+    }
+    if sb3_available() and "ppo" in names:
+        agents["ppo"] = sb3("PPO", trials=1, gamma=0.0, n_steps=40, batch_size=20, n_epochs=2)
+    agents = {k: v for k, v in agents.items() if k in names}
+    return compare(
+        {"d1": 6, "d2": 5, "rank": 2},
+        agents,
+        trials=5,
+        rounds=80,
+        seed=3,
+        warm_start=30,
+        batch_size=2,
+        jobs=jobs,
+        backend=backend,
+        progress=False,
+    )
+
+
+def assert_same_comparison(a, b):
+    """Two comparisons give the same agents and the same numbers (timings apart)."""
+    assert a.agents == b.agents
+    for name in a.agents:
+        for key, value in a.data[name].items():
+            if key in ("seconds", "agent_seconds"):
+                continue
+            if isinstance(value, np.ndarray):
+                np.testing.assert_array_equal(value, b.data[name][key], err_msg=f"{name}/{key}")
+            else:
+                assert value == b.data[name][key]

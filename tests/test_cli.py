@@ -126,14 +126,6 @@ def test_reproduce_runs_and_records_the_engine_asked_for(tmp_path, capsys):
         reproduce("table1", trials=2, n=(20,), out=tmp_path, engine="gpu")
 
 
-def test_ray_backend_gives_the_local_numbers(tmp_path, ray_session):
-    local = reproduce("value", trials=4, n=(40,), seed=1, out=tmp_path / "a", jobs=2, batch_size=2)
-    ray = reproduce(
-        "value", trials=4, n=(40,), seed=1, out=tmp_path / "b", jobs=2, batch_size=2, backend="ray"
-    )
-    assert local["rows"] == ray["rows"]
-
-
 def test_bench_env_runs(capsys):
     assert main(["bench", "env", "--num-envs", "50", "--d", "10"]) == 0
     assert "ratio" in capsys.readouterr().out

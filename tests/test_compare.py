@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import assert_same_comparison, small_comparison
 
 import lrbandit_gym  # noqa: F401
 from agents import EpsilonGreedy, Oracle, UniformRandom
@@ -108,54 +109,14 @@ def test_every_agent_sees_the_same_contexts_in_a_comparison():
     assert np.all(res.data["oracle"]["regret"] == 0)
 
 
-def _small(jobs=1, backend="local", names=("eps", "alone", "uniform")):
-    agents = {
-        "eps": OurAgent("EpsilonGreedy", {"rank": 2, "warm_start": 30}),
-        "alone": per_trial(OurAgent("UniformRandom")),
-        "uniform": OurAgent("UniformRandom"),
-    }
-    if HAS_SB3 and "ppo" in names:
-        agents["ppo"] = sb3("PPO", trials=1, gamma=0.0, n_steps=40, batch_size=20, n_epochs=2)
-    agents = {k: v for k, v in agents.items() if k in names}
-    return compare(
-        ENV,
-        agents,
-        trials=5,
-        rounds=80,
-        seed=3,
-        warm_start=30,
-        batch_size=2,
-        jobs=jobs,
-        backend=backend,
-        progress=False,
-    )
-
-
-def _assert_same(a, b):
-    assert a.agents == b.agents
-    for name in a.agents:
-        for key, value in a.data[name].items():
-            if key in ("seconds", "agent_seconds"):
-                continue
-            if isinstance(value, np.ndarray):
-                np.testing.assert_array_equal(value, b.data[name][key], err_msg=f"{name}/{key}")
-            else:
-                assert value == b.data[name][key]
-
-
 def test_results_do_not_depend_on_jobs():
     names = ("eps", "alone", "uniform", "ppo")
-    _assert_same(_small(1, names=names), _small(2, names=names))
-
-
-@pytest.mark.slow
-def test_results_do_not_depend_on_the_ray_backend(ray_session):
-    _assert_same(_small(1), _small(2, backend="ray"))
+    assert_same_comparison(small_comparison(1, names=names), small_comparison(2, names=names))
 
 
 def test_an_agent_s_numbers_do_not_depend_on_the_line_up():
-    alone = _small(names=("eps",))
-    together = _small()
+    alone = small_comparison(names=("eps",))
+    together = small_comparison()
     np.testing.assert_array_equal(alone.data["eps"]["regret"], together.data["eps"]["regret"])
 
 

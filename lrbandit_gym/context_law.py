@@ -135,6 +135,13 @@ class ContextLaw:
         """The condition number of ``Σ`` on its range (:func:`condition_number`)."""
         return 1.0
 
+    def mean_scale(self) -> float:
+        """``tr(Σ⁺)/(d1 d2)``, the mean of ``Σ⁺``'s diagonal: the variance an entry of a
+        least-squares fit of ``M`` carries per observation and unit noise variance (``c``
+        under ``Σ = I/c``).  The parameter intervals size the one-step read-out's remainder
+        with it (:mod:`inference.cores.remainder`)."""
+        raise NotImplementedError
+
     def range_part(self, A: np.ndarray) -> np.ndarray:
         """``Σ⁺Σ vec A`` as matrices, for a stack ``A`` of shape ``(k, d1, d2)``: the part of
         each ``A`` along directions the contexts take.  ``<M, A>`` is identified by the
@@ -179,6 +186,9 @@ class IsotropicLaw(ContextLaw):
     def entry_scale(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         return np.full(np.shape(rows), self.isotropic_scale)
 
+    def mean_scale(self) -> float:
+        return self.isotropic_scale
+
 
 class KroneckerLaw(ContextLaw):
     """Matrix-normal contexts: ``Cov(X_ij, X_kl) = R_ik C_jl`` and mean ``μ``.
@@ -222,6 +232,13 @@ class KroneckerLaw(ContextLaw):
 
     def condition_number(self) -> float:
         return float(condition_number(self.row_cov) * condition_number(self.col_cov))
+
+    def mean_scale(self) -> float:
+        # tr((S + μμᵀ)⁺) = tr(R⁺) tr(C⁺) − ‖S⁺μ‖²/(1 + μᵀS⁺μ), S = R ⊗ C
+        trace = float(np.trace(self._row_inv) * np.trace(self._col_inv))
+        if self.mean is not None:
+            trace -= float(np.sum(self._mean_white**2)) * self._mean_gain
+        return trace / (self.d1 * self.d2)
 
     def range_part(self, A: np.ndarray) -> np.ndarray:
         # range(R ⊗ C + vec μ vec μᵀ) = range(R ⊗ C) + span(μ), μ in range(R ⊗ C) or not.
@@ -288,6 +305,9 @@ class SecondMomentLaw(ContextLaw):
     def condition_number(self) -> float:
         return float(condition_number(self.second_moment))
 
+    def mean_scale(self) -> float:
+        return float(np.trace(self._inv)) / (self.d1 * self.d2)
+
     def whiten(self, X: np.ndarray) -> np.ndarray:
         flat = X.reshape(X.shape[0], -1)
         return (flat @ self._inv).reshape(X.shape)
@@ -341,6 +361,9 @@ class EntryLaw(ContextLaw):
     def condition_number(self) -> float:
         p = self.probs[self.probs > 0]
         return float(p.max() / p.min())
+
+    def mean_scale(self) -> float:
+        return float(self._inv.sum()) / (self.d1 * self.d2)
 
     def whiten(self, X: np.ndarray) -> np.ndarray:
         return X * self._inv

@@ -152,7 +152,7 @@ def test_the_core_adds_every_rounds_terms_and_changes_nothing_else(dv, floor, pr
         np.testing.assert_array_equal(
             cores[dv].debiased_mean(arm), cores["pulled"].debiased_mean(arm)
         )
-    se = cores[dv].standard_errors()
+    se = cores[dv].standard_errors(remainder=False)  # eq. (15)'s term, which the design sets
     n = cores[dv].n_obs
     np.testing.assert_allclose(se, np.sqrt(every.sigma_sum[0][:, None] / n * refs[dv] / n / n))
 

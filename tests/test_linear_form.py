@@ -22,6 +22,7 @@ from scipy.special import ndtri
 
 from inference.cores.linear_form import LinearFormInference
 from inference.cores.linear_form_round import PulledEstimate
+from inference.cores.remainder import remainder_variance_reference
 from inference.results import InsufficientDataWarning, IntervalEstimate
 from lrbandit_gym.rounds import Round
 
@@ -178,9 +179,21 @@ def test_interval_and_difference_formulas(point_estimate):
     else:
         point = [truncate(M_unbs[i], r) for i in range(K)]
     z = ndtri(0.5 + 0.9 / 2)
+    pulls = [sum(row[3] == i for row in hist) for i in range(K)]
     for k, name in enumerate(targets):
         m = [np.sum(point[i] * targets[name]) for i in range(K)]
-        se = [np.sqrt(sigma2[i] * S2[i, k] / n) for i in range(K)]
+        # The one-step read-out adds its remainder's variance τ² (inference.cores.remainder),
+        # from an SVD of the last estimate and the arm's pulls; the truncation has none.
+        tau2 = [
+            remainder_variance_reference(
+                U_last[i] @ V_last[i].T, targets[name], r, sigma2[i], 1.0, pulls[i]
+            )
+            if point_estimate == "one-step"
+            else 0.0
+            for i in range(K)
+        ]
+        assert point_estimate == "projection" or min(tau2) > 0
+        se = [np.sqrt(sigma2[i] * S2[i, k] / n + tau2[i]) for i in range(K)]
         ci = inf.interval(1, name, confidence_level=0.9)
         assert isinstance(ci, IntervalEstimate)
         assert ci.estimate == pytest.approx(m[1], rel=1e-9)
@@ -188,7 +201,7 @@ def test_interval_and_difference_formulas(point_estimate):
         assert (ci.low, ci.high) == pytest.approx((m[1] - z * se[1], m[1] + z * se[1]), rel=1e-8)
         assert ci.n_obs == n and ci.confidence_level == 0.9
         diff = inf.difference(1, 0, name, confidence_level=0.9)
-        se_d = np.sqrt((sigma2[0] * S2[0, k] + sigma2[1] * S2[1, k]) / n)
+        se_d = np.sqrt((sigma2[0] * S2[0, k] + sigma2[1] * S2[1, k]) / n + tau2[0] + tau2[1])
         assert diff.estimate == pytest.approx(m[1] - m[0], rel=1e-9)
         assert diff.standard_error == pytest.approx(se_d, rel=1e-8)
         assert diff.width == pytest.approx(2 * z * se_d, rel=1e-8)
@@ -426,6 +439,7 @@ def test_a_saved_state_keeps_its_keys():
     inf = LinearFormInference(4, 3, 1, 2, {"T": np.eye(4, 3)}, context_law="estimated")
     config = "kind d1 d2 rank n_actions n_trials context context_law projection design_variance"
     sums = "acc held last_U last_V ring_U ring_V ring_n initialized sigma_sum S2_sum V_sum pulls"
+    sums += " prior_pulls"
     parts = "weight_sum weight_max design_sum design_max check_sum check_sq check_n"
     law = "law_sum_xx law_op_inverse law_op_second_moment law_n law_refreshed_at"
     keys = f"{config} target_names targets n {sums} {parts} {law}".split()
@@ -438,31 +452,37 @@ def test_a_saved_state_keeps_its_keys():
 @pytest.mark.parametrize("n_trials", [None, 1])
 def test_one_trials_standard_errors_are_the_array_expressions(n_trials):
     """One trial's standard errors (the running values in the wrappers' info), computed with
-    Python floats, are those of the arrays' expression bit for bit."""
+    Python floats, are those of the arrays' expression bit for bit, with the remainder's
+    variance added as the read-outs add it."""
     rng = np.random.default_rng(12)
     K, d1, d2, r = 3, 6, 5, 2
     inf = LinearFormInference(d1, d2, r, K, _targets(rng, d1, d2), n_trials=n_trials)
     for U, V, X, a, y, p in make_history(rng, 30, K, d1, d2, r, B=n_trials):
         inf.update(U, V, X, a, y, p)
     n, s = inf.n_obs, inf.state
-    expected = np.sqrt((s.sigma_sum / n)[..., None] * s.S2_sum / n / n)
+    main = np.sqrt((s.sigma_sum / n)[..., None] * s.S2_sum / n / n)
+    tau2 = inf.remainders() if n_trials else inf.remainders()[None]
+    assert (tau2 > 0).all()
+    expected = np.hypot(main, np.sqrt(tau2))
     got = inf.standard_errors()
     assert got.shape == (expected.shape if n_trials else expected.shape[1:])
     np.testing.assert_array_equal(got, expected if n_trials else expected[0])
 
 
-def test_interval_is_sigma_times_S_over_root_n():
+def test_interval_is_sigma_times_S_over_root_n_with_the_remainder():
     rng = np.random.default_rng(11)
     K, d1, d2, r = 3, 6, 5, 2
     targets = _targets(rng, d1, d2)
     inf = LinearFormInference(d1, d2, r, K, targets)
     for row in make_history(rng, 30, K, d1, d2, r):
         inf.update(*row)
-    n = inf.n_obs
+    n, tau2 = inf.n_obs, inf.remainders()
     for k, name in enumerate(targets):
         ci = inf.interval(2, name)
         se = np.sqrt(inf.sigma2[2]) * np.sqrt(inf.S2[2, k]) / np.sqrt(n)
-        assert ci.standard_error == se
+        assert ci.standard_error == np.hypot(se, np.sqrt(tau2[2, k]))
+        assert ci.standard_error == pytest.approx(inf.standard_errors()[2, k], rel=1e-14)
         diff = inf.difference(2, 0, name)
         var = inf.sigma2[[2, 0]] * inf.S2[[2, 0], k]
-        assert diff.standard_error == pytest.approx(np.sqrt(var.sum() / n), rel=1e-15)
+        expected = np.sqrt(var.sum() / n + tau2[[2, 0], k].sum())
+        assert diff.standard_error == pytest.approx(expected, rel=1e-15)

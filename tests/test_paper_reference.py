@@ -121,6 +121,7 @@ def _check_core(core, targets, log, sums, point_estimate):
             ref = readout_reference(
                 M_sum[arm], sigma_sum[arm], S2_sum[arm, k], n, log["M"][-1, arm], T[k], RANK,
                 level=0.9, point_estimate=point_estimate,
+                information=np.sum(log["a"] == arm), mean_scale=core.context_law.mean_scale(),
             )  # fmt: skip
             got = core.interval(arm, name, confidence_level=0.9)
             fast = (got.estimate, got.standard_error, got.low, got.high)

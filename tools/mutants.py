@@ -63,6 +63,22 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_played_regret.py",),
     ),
     Mutant(
+        "remainder_variance_squared_once",
+        "the one-step remainder's variance uses s² where its first-order variance has s⁴",
+        "inference/cores/remainder.py",
+        "    return (s2 * s2)[..., None] * geometry",
+        "    return s2[..., None] * geometry",
+        ("tests/test_remainder.py", "tests/test_linear_form.py"),
+    ),
+    Mutant(
+        "remainder_ignores_warm_start_pulls",
+        "the remainder's N_i counts only the pulls since inference started",
+        "inference/cores/linear_form_readout.py",
+        "information = (s.prior_pulls[:, arm] + s.pulls[:, arm]).astype(float)",
+        "information = s.pulls[:, arm].astype(float)",
+        ("tests/test_remainder.py",),
+    ),
+    Mutant(
         "policy_value_no_ipw",
         "the policy-value AIPW term drops its 1/pi weight",
         "inference/cores/policy_value.py",

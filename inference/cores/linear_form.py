@@ -33,7 +33,6 @@ and :mod:`inference.cores._kernels` (the same round compiled by numba).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -231,6 +230,8 @@ class LinearFormCore:
     difference = linear_form_readout.difference
     debiased_mean = linear_form_readout.debiased_mean
     projected = linear_form_readout.projected
+    standard_errors = linear_form_readout.standard_errors
+    remainders = linear_form_readout.remainders
     one_step = linear_form_readout.one_step
     round_shares = linear_form_readout.round_shares
     design_shares = linear_form_readout.design_shares
@@ -265,25 +266,6 @@ class LinearFormCore:
         n, sums = self.n_obs, self.state.S2_sum
         S2 = sums / n if n else sums * np.nan
         return S2 if self.batched else S2[0]
-
-    def standard_errors(self) -> np.ndarray:
-        """The standard error of every arm and target, ``(K, n_T)`` or ``(B, K, n_T)``:
-        ``σ̂·Ŝ/√n`` (eq. (15)), or the robust one; NaN before any data."""
-        n, s = self.n_obs, self.state
-        if not n:
-            se = s.S2_sum * np.nan
-        elif s.B == 1 and not self.robust:  # one trial: Python floats, the same operations
-            rows = []
-            for sigma, S2_row in zip(s.sigma_sum[0].tolist(), s.S2_sum[0].tolist(), strict=True):
-                row = []
-                for S2 in S2_row:
-                    row.append(math.sqrt(sigma / n * S2 / n / n))
-                rows.append(row)
-            return np.array([rows] if self.batched else rows)
-        else:
-            var = s.V_sum / n if self.robust else (s.sigma_sum / n)[..., None] * s.S2_sum / n
-            se = np.sqrt(var / n)
-        return se if self.batched else se[0]
 
     def __repr__(self) -> str:
         batch = "" if self.n_trials is None else f", n_trials={self.n_trials}"

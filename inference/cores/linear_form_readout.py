@@ -9,8 +9,9 @@ sums of :mod:`inference.cores.linear_form_round`::
                  M^proj_i the rank-r SVD truncation of M^unbs_i        eq. (12), Algorithm 3
     σ̂²_i       = (1/n) Σ_t 1{a_t=i}/π_t(i)·res_t²               eq. (13)
     Ŝ²_i       = (1/n) Σ_t 1{a_t=i}/π_t(i)²·c²·<G_t, X_t>²       eq. (14)
-    interval     m̂_i ± z·σ̂_i·Ŝ_i/√n                             eq. (15)
-    difference   (m̂_a − m̂_b) ± z·√((σ̂²_a·Ŝ²_a + σ̂²_b·Ŝ²_b)/n)   Corollary 3.3
+    τ²_i        the one-step remainder's variance (inference.cores.remainder)
+    interval     m̂_i ± z·(σ̂²_i·Ŝ²_i/n + τ²_i)^½                  eq. (15) with τ²
+    difference   (m̂_a − m̂_b) ± z·√(σ̂²_a·Ŝ²_a/n + σ̂²_b·Ŝ²_b/n + τ²_a + τ²_b)   Corollary 3.3
 
 :func:`readout_reference` below is the interval in plain numpy, from the sums of
 :func:`inference.cores.linear_form.debiased_sums_reference`.  The read-outs after it are
@@ -21,6 +22,7 @@ the matrices are cached in the state until the next round.
 
 from __future__ import annotations
 
+import math
 import warnings
 from statistics import NormalDist
 
@@ -28,6 +30,11 @@ import numpy as np
 
 from inference.cores.checks import check_arm, check_confidence_level, check_target_name
 from inference.cores.context_check import ContextLawWarning
+from inference.cores.remainder import (
+    remainder_geometry,
+    remainder_variance,
+    remainder_variance_reference,
+)
 from inference.cores.tangent_space import basis_transform
 from inference.cores.weight_share import warn_heavy_rounds
 from inference.results import (
@@ -54,21 +61,37 @@ __all__ = [
     "one_step",
     "projected",
     "readout_reference",
+    "remainders",
     "round_shares",
+    "standard_errors",
     "unidentified_fractions",
 ]
 
 
 def readout_reference(
-    M_sum, sigma_sum, S2_sum, n, M_hat, T, rank, *, level=0.95, point_estimate="one-step"
+    M_sum,
+    sigma_sum,
+    S2_sum,
+    n,
+    M_hat,
+    T,
+    rank,
+    *,
+    level=0.95,
+    point_estimate="one-step",
+    information=None,
+    mean_scale=1.0,
 ):
     """Algorithm 3 in plain numpy: ``m̂``, its standard error and interval for ``<M_i, T>``.
 
     From one arm's sums of :func:`inference.cores.linear_form.debiased_sums_reference` (``Σ_t
     M̃`` (d1, d2), ``n σ̂²``, ``n Ŝ²`` for the target ``T``) after ``n`` rounds, and ``M̂``
-    the arm's estimate before the last round (of rank ``r``).  Under another context law
-    the standard error is the robust one instead of ``σ̂Ŝ/√n``.  Returns
-    ``(m̂, se, low, high)``; :func:`interval` is the fast path.
+    the arm's estimate before the last round (of rank ``r``).  With ``information`` (the
+    arm's pulls ``N_i`` the estimate rests on) the one-step standard error carries the
+    remainder's variance ``τ²`` (:func:`~inference.cores.remainder.remainder_variance_reference`,
+    ``mean_scale`` the law's ``c̄``).  Under another context law the standard error is the
+    robust one instead of ``σ̂Ŝ/√n``.  Returns ``(m̂, se, low, high)``; :func:`interval` is
+    the fast path.
     """
     M_unbs = M_sum / n  # eq. (11)
     if point_estimate == "projection":  # <M^proj, T>: the rank-r truncation, eq. (12)
@@ -80,6 +103,9 @@ def readout_reference(
         point = M_hat + P_U @ E + E @ P_V - P_U @ E @ P_V
     m_hat = np.sum(point * T)
     se = np.sqrt(sigma_sum / n * S2_sum / n / n)  # σ̂·Ŝ/√n, eq. (15)
+    if information is not None and point_estimate == "one-step":
+        tau2 = remainder_variance_reference(M_hat, T, rank, sigma_sum / n, mean_scale, information)
+        se = np.hypot(se, np.sqrt(tau2))
     z = NormalDist().inv_cdf(0.5 + level / 2)
     return m_hat, se, m_hat - z * se, m_hat + z * se
 
@@ -321,10 +347,67 @@ def _point(core, arm: int) -> np.ndarray:
     return _projected(core, arm)
 
 
-def _arm_estimate(core, arm: int, k: int, target: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``m̂`` (the one-step estimate, or eq. (12)'s ``<M^proj_arm, T>``), ``σ̂²`` and
-    ``Ŝ²`` for one arm and target, shape (B,) each; NaN, with a warning, where they are
-    unusable."""
+def _remainders(core, arm: int) -> np.ndarray:
+    """``τ²`` of every target for ``arm``, (B, n_T): the one-step read-out's remainder
+    variance (:mod:`inference.cores.remainder`); 0 for the read-outs without that
+    remainder (``projection="none"``, ``point_estimate="projection"``).  Needs ``n > 0``.
+    Cached until the next round."""
+    s = core.state
+    if core.projection == "none" or core.point_estimate != "one-step":
+        return np.zeros((s.B, len(s.names)))
+    cache, key = s.cache, ("remainder", arm)
+    if key not in cache:
+        U, V = s.sum.last_U[:, arm], s.sum.last_V[:, arm]
+        geometry = remainder_geometry(U, V, s.T)
+        scale = core.c if core.c is not None else s.whitener.mean_scale()
+        sigma2 = s.sigma_sum[:, arm] / core.n_obs
+        information = (s.prior_pulls[:, arm] + s.pulls[:, arm]).astype(float)
+        cache[key] = remainder_variance(geometry, sigma2, scale, information)
+    return cache[key]
+
+
+def remainders(core) -> np.ndarray:
+    """The one-step read-out's remainder variance ``τ²`` of every arm and target, ``(K,
+    n_T)`` or ``(B, K, n_T)`` (:mod:`inference.cores.remainder`): the part of each squared
+    standard error beyond ``σ̂²Ŝ²/n``; 0 for the read-outs without that remainder, NaN
+    before any data."""
+    s = core.state
+    if not core.n_obs:
+        return _layout(core, s.S2_sum * np.nan)
+    return _layout(core, np.stack([_remainders(core, a) for a in range(core.n_actions)], axis=1))
+
+
+def standard_errors(core, remainder: bool = True) -> np.ndarray:
+    """The standard error of every arm and target, ``(K, n_T)`` or ``(B, K, n_T)``:
+    ``σ̂·Ŝ/√n`` (eq. (15)), or the robust one, with the one-step remainder's variance
+    ``τ²`` (:mod:`inference.cores.remainder`); NaN before any data.
+
+    ``remainder=False`` leaves ``τ²`` out: the running value of the wrappers' ``info``,
+    which reads no target against the arms' current estimates (``τ²`` does, each time an
+    estimate moves)."""
+    n, s = core.n_obs, core.state
+    if not n:
+        return _layout(core, s.S2_sum * np.nan)
+    if s.B == 1 and not core.robust:  # one trial: Python floats, the same operations
+        rows = []
+        for sigma, S2_row in zip(s.sigma_sum[0].tolist(), s.S2_sum[0].tolist(), strict=True):
+            rows.append([math.sqrt(sigma / n * S2 / n / n) for S2 in S2_row])
+        se = np.array([rows])
+    else:
+        var = s.V_sum / n if core.robust else (s.sigma_sum / n)[..., None] * s.S2_sum / n
+        se = np.sqrt(var / n)
+    if not remainder:
+        return _layout(core, se)
+    tau2 = np.stack([_remainders(core, a) for a in range(core.n_actions)], axis=1)
+    return _layout(core, np.hypot(se, np.sqrt(tau2)))  # (σ̂²Ŝ²/n + τ²)^½
+
+
+def _arm_estimate(
+    core, arm: int, k: int, target: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``m̂`` (the one-step estimate, or eq. (12)'s ``<M^proj_arm, T>``), ``σ̂²``,
+    ``Ŝ²`` and the remainder's ``τ²`` for one arm and target, shape (B,) each; NaN, with a
+    warning, where they are unusable."""
     s, n = core.state, core.n_obs
     m_hat = np.einsum("bij,ij->b", _point(core, arm), s.T[k])
     sigma2 = s.sigma_sum[:, arm] / n
@@ -357,6 +440,7 @@ def _arm_estimate(core, arm: int, k: int, target: str) -> tuple[np.ndarray, np.n
         np.where(bad, np.nan, m_hat),
         np.where(bad, np.nan, sigma2),
         np.where(bad, np.nan, S2),
+        np.where(bad, np.nan, _remainders(core, arm)[:, k]),
     )
 
 
@@ -423,8 +507,9 @@ def interval(
         _warn_no_rounds(what)
         return _nan_interval(core, level, method)
     n = core.n_obs
-    m_hat, sigma2, S2 = _arm_estimate(core, arm, k, target)
-    se = np.sqrt(sigma2) * np.sqrt(S2) / np.sqrt(n)  # σ̂·Ŝ/√n, eq. (15)
+    m_hat, sigma2, S2, tau2 = _arm_estimate(core, arm, k, target)
+    # σ̂·Ŝ/√n (eq. (15)) with the remainder's variance: (σ̂²Ŝ²/n + τ²)^½
+    se = np.hypot(np.sqrt(sigma2) * np.sqrt(S2) / np.sqrt(n), np.sqrt(tau2))
     _warn_heavy(core, what, (arm,), k)
     return kind_interval(
         kind,
@@ -477,9 +562,10 @@ def difference(
         _warn_no_rounds(what)
         return _nan_interval(core, level, method)
     n = core.n_obs
-    m_a, sigma2_a, S2_a = _arm_estimate(core, a, k, target)
-    m_b, sigma2_b, S2_b = _arm_estimate(core, b, k, target)
+    m_a, sigma2_a, S2_a, tau2_a = _arm_estimate(core, a, k, target)
+    m_b, sigma2_b, S2_b, tau2_b = _arm_estimate(core, b, k, target)
     se = np.sqrt((sigma2_a * S2_a + sigma2_b * S2_b) / n)  # √((σ̂²_a·Ŝ²_a + σ̂²_b·Ŝ²_b)/n)
+    se = np.hypot(se, np.sqrt(tau2_a + tau2_b))  # with both remainders' variances
     _warn_heavy(core, what, (a, b), k)
     return kind_interval(
         kind,

@@ -143,13 +143,19 @@ def checked_contexts(core, X: Any) -> np.ndarray | OneHotContexts:
     return Xb
 
 
-def observe_context(core, X: Any) -> None:
-    """Add a round's context that does not enter the inference (a warm start's) to an
-    estimated law; nothing for a given law.  ``X``: the contexts in the batched layout
-    (B, d1, d2), or :class:`~lrbandit_gym.onehot.OneHotContexts`, already checked."""
+def observe_context(core, X: Any, actions: Any = None) -> None:
+    """Add a round that does not enter the inference (a warm start's): its context to an
+    estimated law (nothing for a given law) and its arm to the pulls the estimate rests on
+    before inference (the remainder's ``N_i``, :mod:`inference.cores.remainder`).  ``X``:
+    the contexts in the batched layout (B, d1, d2), or
+    :class:`~lrbandit_gym.onehot.OneHotContexts`, already checked; ``actions``: the arms
+    pulled (B,), already checked, or None (no arm counted)."""
     whitener = core.state.whitener
     if whitener.estimated:
         whitener.observe(X)
+    if actions is not None:
+        s = core.state
+        s.prior_pulls[s.trials, actions] += 1
 
 
 def changed_arms(core, U: np.ndarray, V: np.ndarray) -> np.ndarray:

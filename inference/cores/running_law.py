@@ -124,6 +124,20 @@ class RunningSecondMoment:
             return condition_number(op["row_factor"]) * condition_number(op["col_factor"])
         return condition_number(op["second_moment"])
 
+    def mean_scale(self) -> np.ndarray:
+        """``tr(Σ̂⁺)/(d1 d2)`` per trial, ``(B,)``, of the operator the last whitening used
+        (:meth:`lrbandit_gym.context_law.ContextLaw.mean_scale`); NaN before any."""
+        op, D = self._op, self.d1 * self.d2
+        if self.refreshed_at == 0:
+            return np.full(self._sums[next(iter(self._sums))].shape[0], np.nan)
+        if self.structure == "kronecker":
+            trace = np.trace(op["row_inv"], axis1=-2, axis2=-1) * np.trace(
+                op["col_inv"], axis1=-2, axis2=-1
+            )
+            trace = trace - np.square(op["mean_white"]).sum(axis=(-1, -2)) * op["mean_gain"]
+            return trace / D
+        return np.trace(op["inverse"], axis1=-2, axis2=-1) / D
+
     def _current(self) -> None:
         if self.n == 0:
             raise RuntimeError("the estimated context law has seen no context yet")

@@ -183,6 +183,8 @@ class ParameterInference(_ParameterInferenceBase, gym.Wrapper, RecordConstructor
     ``info["parameter_inference"]`` after each step holds ``n_obs`` and, once inference has
     started, ``sigma2`` (K,) and ``standard_error`` (a dict target → (K,)): values that need
     no pass over ``d1 x d2`` matrices.  Point estimates do: read them with :meth:`interval`.
+    So does the one-step remainder's variance, which the interval's ``standard_error``
+    adds to ``σ̂Ŝ/√n`` (docs/method.md §4): ``info``'s ``standard_error`` is ``σ̂Ŝ/√n``.
     """
 
     _vector = False

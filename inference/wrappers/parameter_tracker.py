@@ -108,8 +108,9 @@ class ParameterTracker(Tracker):
         return self.running_info()
 
     def skip(self, round_: Round) -> dict[str, Any]:
-        # A round before inference starts still tells an estimated law about the contexts.
-        self._core.observe_context(round_.contexts)
+        # A round before inference starts still tells an estimated law about the contexts,
+        # and the remainder's variance how many pulls the estimate rests on.
+        self._core.observe_context(round_.contexts, round_.actions)
         return self.running_info()
 
     def restored(self) -> None:
@@ -121,7 +122,7 @@ class ParameterTracker(Tracker):
         n = core.n_obs
         info: dict[str, Any] = {"n_obs": n}
         if n:
-            se = core.standard_errors()  # (…, K, n_T)
+            se = core.standard_errors(remainder=False)  # (…, K, n_T), eq. (15)
             sigma2 = core.state.sigma_sum / n  # the core's sigma2, read once a round
             info["sigma2"] = sigma2 if core.batched else sigma2[0]
             by_target = {}

@@ -439,7 +439,7 @@ def test_a_saved_state_keeps_its_keys():
     inf = LinearFormInference(4, 3, 1, 2, {"T": np.eye(4, 3)}, context_law="estimated")
     config = "kind d1 d2 rank n_actions n_trials context context_law projection design_variance"
     sums = "acc held last_U last_V ring_U ring_V ring_n initialized sigma_sum S2_sum V_sum pulls"
-    sums += " prior_pulls"
+    sums += " unweighted_pulls"
     parts = "weight_sum weight_max design_sum design_max check_sum check_sq check_n"
     law = "law_sum_xx law_op_inverse law_op_second_moment law_n law_refreshed_at"
     keys = f"{config} target_names targets n {sums} {parts} {law}".split()

@@ -142,7 +142,7 @@ def test_stacked_wrappers_with_their_own_estimator_feed_both_cores_what_they_saw
             hand_p.observe_context(np.asarray(obs, dtype=float)[None], np.array([action]))
         obs = next_obs
     assert hand_v.n_obs == hand_p.n_obs == 140
-    assert hand_p.state.prior_pulls.sum() == 200
+    assert hand_p.state.unweighted_pulls.sum() == 200
     _assert_same_state(value.core.state_dict(), hand_v.state_dict(), "value core")
     _assert_same_state(params.core.state_dict(), hand_p.state_dict(), "parameter core")
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from inference import ParameterInference
+from inference.cores.exploration_only import ExplorationOnlyInference
 from inference.cores.linear_form import LinearFormInference
 from inference.cores.remainder import (
     remainder_geometry,
@@ -141,14 +142,29 @@ def test_the_wrapper_counts_the_warm_starts_pulls_and_keeps_them():
     for _ in range(260):
         wrapped.step(int(rng.integers(2)))
     core = wrapped.core
-    assert core.state.prior_pulls.sum() == 200 and core.state.prior_pulls.min() > 50
+    assert core.state.unweighted_pulls.sum() == 200 and core.state.unweighted_pulls.min() > 50
     assert core.n_obs == 60
     state = core.state_dict()
     fresh = LinearFormInference(6, 5, 1, 2, T)
     fresh.load_state_dict(state)
-    np.testing.assert_array_equal(fresh.state.prior_pulls, core.state.prior_pulls)
-    old = {k: v for k, v in state.items() if k != "prior_pulls"}
+    np.testing.assert_array_equal(fresh.state.unweighted_pulls, core.state.unweighted_pulls)
+    old = {k: v for k, v in state.items() if k != "unweighted_pulls"}
     fresh.load_state_dict(old)
-    assert (fresh.state.prior_pulls == 0).all()
+    assert (fresh.state.unweighted_pulls == 0).all()
     wider = fresh.interval(0, "T").standard_error
     assert wider > core.interval(0, "T").standard_error  # fewer pulls: a larger τ²
+
+
+def test_the_exploration_only_baseline_counts_every_pull_of_its_sgd():
+    """Its sums weigh the explored rounds only, but the SGD behind the estimate absorbs every
+    round: N_i counts the unexplored pulls too."""
+    rng = np.random.default_rng(6)
+    d1, d2, r, K = 5, 4, 1, 2
+    core = ExplorationOnlyInference(d1, d2, r, K, {"T": np.eye(d1, d2)})
+    actions, flags = rng.integers(0, K, 50), rng.random(50) < 0.3
+    for a, explored in zip(actions, flags, strict=True):
+        U, V = rng.standard_normal((K, d1, r)), rng.standard_normal((K, d2, r))
+        core.update(U, V, rng.standard_normal((d1, d2)), a, 0.1, explored, 0.3)
+    s = core.state
+    np.testing.assert_array_equal(s.pulls[0], np.bincount(actions[flags], minlength=K))
+    np.testing.assert_array_equal(s.unweighted_pulls[0], np.bincount(actions[~flags], minlength=K))

@@ -74,7 +74,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "remainder_ignores_warm_start_pulls",
         "the remainder's N_i counts only the pulls since inference started",
         "inference/cores/linear_form_readout.py",
-        "information = (s.prior_pulls[:, arm] + s.pulls[:, arm]).astype(float)",
+        "information = (s.unweighted_pulls[:, arm] + s.pulls[:, arm]).astype(float)",
         "information = s.pulls[:, arm].astype(float)",
         ("tests/test_remainder.py",),
     ),

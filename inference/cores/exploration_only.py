@@ -123,3 +123,7 @@ class ExplorationOnlyInference(LinearFormCore):
         weight = np.where(flags, self.n_actions / eps, 0.0)
         round_ = Round(Xb, a, y, None)
         self.commit(self.propose(round_, self.estimate_parts(Ub, Vb, a), weight))
+        # The SGD behind the estimate absorbs every round, explored or not: the pulls of
+        # the remainder's N_i (inference.cores.remainder) count the unexplored ones too.
+        s = self.state
+        s.unweighted_pulls[s.trials, a] += ~flags

@@ -361,7 +361,7 @@ def _remainders(core, arm: int) -> np.ndarray:
         geometry = remainder_geometry(U, V, s.T)
         scale = core.c if core.c is not None else s.whitener.mean_scale()
         sigma2 = s.sigma_sum[:, arm] / core.n_obs
-        information = (s.prior_pulls[:, arm] + s.pulls[:, arm]).astype(float)
+        information = (s.unweighted_pulls[:, arm] + s.pulls[:, arm]).astype(float)
         cache[key] = remainder_variance(geometry, sigma2, scale, information)
     return cache[key]
 

@@ -155,7 +155,7 @@ def observe_context(core, X: Any, actions: Any = None) -> None:
         whitener.observe(X)
     if actions is not None:
         s = core.state
-        s.prior_pulls[s.trials, actions] += 1
+        s.unweighted_pulls[s.trials, actions] += 1
 
 
 def changed_arms(core, U: np.ndarray, V: np.ndarray) -> np.ndarray:

@@ -66,9 +66,10 @@ class LinearFormState:
         # other than the paper's two (docs/method.md §11); kept only there.
         self.V_sum = np.zeros((B, K, n_T))
         self.pulls = np.zeros((B, K), dtype=np.int64)
-        # Pulls of each arm in the rounds seen before inference started (a warm start's),
-        # which the estimate rests on too: N_i of the remainder's variance (remainder).
-        self.prior_pulls = np.zeros((B, K), dtype=np.int64)
+        # Pulls of each arm that the sums do not weigh but the estimate rests on too: the
+        # rounds seen before inference started (a warm start's) and, in the exploration-only
+        # baseline, the rounds not explored.  With `pulls`, N_i of the remainder's variance.
+        self.unweighted_pulls = np.zeros((B, K), dtype=np.int64)
         self.weights = WeightShare(B, K)  # Lindeberg's share of each arm (weight_share)
         # ... and of each arm and target's design term (c·w·<G_t, X_t>)², the realized
         # variance of Ŝ², whose largest round flags heavy-tailed contexts (weight_share).
@@ -106,7 +107,7 @@ def state_dict(core) -> dict[str, Any]:
         "S2_sum": s.S2_sum.copy(),
         "V_sum": s.V_sum.copy(),
         "pulls": s.pulls.copy(),
-        "prior_pulls": s.prior_pulls.copy(),
+        "unweighted_pulls": s.unweighted_pulls.copy(),
         **s.weights.state_dict(),
         **s.design.state_dict(),
         **s.check.state_dict(),
@@ -118,9 +119,11 @@ def validate_state_dict(core, state: Mapping[str, Any]) -> dict[str, Any]:
     """Check a :meth:`state_dict` against this object, changing nothing.
 
     The configuration and targets must be this object's, every array must have its
-    shape, dtype and finite entries, the counts (``n``, ``held``, ``pulls``, ``prior_pulls``)
-    must be non-negative integers with no arm pulled more often than ``n``, the sums of
-    squares (``sigma_sum``, ``S2_sum``) non-negative and ``initialized`` a bool.
+    shape, dtype and finite entries, the counts (``n``, ``held``, ``pulls``,
+    ``unweighted_pulls``) must be non-negative integers with no arm pulled more often than
+    ``n``, the sums of squares (``sigma_sum``, ``S2_sum``) non-negative and ``initialized``
+    a bool.  A state without ``unweighted_pulls`` (saved before they were kept) reads as
+    none.
 
     Returns
     -------
@@ -141,7 +144,7 @@ def validate_state_dict(core, state: Mapping[str, Any]) -> dict[str, Any]:
     required = {
         k: v
         for k, v in mine.items()
-        if not k.startswith(("weight_", "check_", "law_")) and k != "prior_pulls"
+        if not k.startswith(("weight_", "check_", "law_")) and k != "unweighted_pulls"
     }
     check_config(state, required, (*_CONFIG, "target_names"))
     try:
@@ -150,13 +153,13 @@ def validate_state_dict(core, state: Mapping[str, Any]) -> dict[str, Any]:
         same = False
     if not same:
         raise ValueError("state['targets'] does not match this object's targets")
-    # A state saved before the prior pulls were kept reads as none (the wider interval).
-    state = {"prior_pulls": np.zeros_like(s.prior_pulls), **state}
-    new = copy_arrays(state, mine, (*_ARRAYS, "pulls", "prior_pulls"))
+    # A state saved before the unweighted pulls were kept reads as none (a wider interval).
+    state = {"unweighted_pulls": np.zeros_like(s.unweighted_pulls), **state}
+    new = copy_arrays(state, mine, (*_ARRAYS, "pulls", "unweighted_pulls"))
     n = check_count(state["n"], "n")
     ring_n = DebiasedSum.check_ring_n(state["ring_n"])
     initialized = read_bool(state["initialized"], "state['initialized']")
-    for key in ("held", "pulls", "prior_pulls", "sigma_sum", "S2_sum", "V_sum"):
+    for key in ("held", "pulls", "unweighted_pulls", "sigma_sum", "S2_sum", "V_sum"):
         if (new[key] < 0).any():
             raise ValueError(f"state[{key!r}] must be >= 0, got minimum {new[key].min()!r}")
     if (new["pulls"].sum(axis=-1) > n).any():
@@ -194,7 +197,7 @@ def load_state_dict(core, state: Mapping[str, Any]) -> None:
     s.S2_sum = new["S2_sum"]
     s.V_sum = new["V_sum"]
     s.pulls = new["pulls"]
-    s.prior_pulls = new["prior_pulls"]
+    s.unweighted_pulls = new["unweighted_pulls"]
     s.weights.load(new["weights"])
     s.design.load(new["design"])
     s.check.load(new["context_check"])

@@ -11,7 +11,8 @@ error of a least-squares fit of ``M`` with entries of variance ``s²``::
     se     = (σ̂² Ŝ²/n + τ²)^½                                          eq. (15) with τ²
 
 ``N_i`` counts the rounds that pulled arm ``i`` and that the estimate rests on: the ones
-before inference started (a warm start) and the ones since.  ``R`` is of second order and
+before inference started (a warm start) and the ones since, weighed in the sums or not (the
+exploration-only baseline's unexplored rounds).  ``R`` is of second order and
 ``τ²`` negligible where ``T`` meets the tangent space well; where ``T``'s tangent part is
 as small as the tangent space's own uncertainty (a single entry on rows and columns the
 singular vectors barely touch), ``R`` is as large as the main term, and an interval

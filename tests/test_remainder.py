@@ -66,8 +66,8 @@ def test_an_estimate_of_lower_rank_has_no_remainder_term():
 def test_first_order_variance_matches_the_remainder_it_sizes(target):
     """A rank-2 truth seen with N(0, s²) noise on every entry (a least-squares fit's error)
     and truncated to rank 2: the mean square of R = <P_Û⊥ M P_V̂⊥, T> over 4000 draws is
-    τ² = s⁴ Σ λ_k⁻² ‖P_U⊥ T P_V⊥‖² (ratio 1.06 and 1.02 here; a factor 2 either way, or
-    λ_k⁻¹ for λ_k⁻², fails), and the plug-in from each draw's estimate is within 10% of it."""
+    τ² = s⁴ Σ λ_k⁻² ‖P_U⊥ T P_V⊥‖² (a factor 2 either way, or λ_k⁻¹ for λ_k⁻², fails), and
+    the plug-in from each draw's estimate is within 10% of it."""
     rng = np.random.default_rng(2)
     d1, d2, r, s, B = 20, 15, 2, 0.01, 4000
     U0 = np.linalg.qr(rng.standard_normal((d1, r)))[0]

@@ -366,6 +366,11 @@ def _remainders(core, arm: int) -> np.ndarray:
     return cache[key]
 
 
+def _every_remainder(core) -> np.ndarray:
+    """``τ²`` of every arm and target, (B, K, n_T); needs ``n > 0``."""
+    return np.stack([_remainders(core, a) for a in range(core.n_actions)], axis=1)
+
+
 def remainders(core) -> np.ndarray:
     """The one-step read-out's remainder variance ``τ²`` of every arm and target, ``(K,
     n_T)`` or ``(B, K, n_T)`` (:mod:`inference.cores.remainder`): the part of each squared
@@ -374,7 +379,7 @@ def remainders(core) -> np.ndarray:
     s = core.state
     if not core.n_obs:
         return _layout(core, s.S2_sum * np.nan)
-    return _layout(core, np.stack([_remainders(core, a) for a in range(core.n_actions)], axis=1))
+    return _layout(core, _every_remainder(core))
 
 
 def standard_errors(core, remainder: bool = True) -> np.ndarray:
@@ -398,8 +403,7 @@ def standard_errors(core, remainder: bool = True) -> np.ndarray:
         se = np.sqrt(var / n)
     if not remainder:
         return _layout(core, se)
-    tau2 = np.stack([_remainders(core, a) for a in range(core.n_actions)], axis=1)
-    return _layout(core, np.hypot(se, np.sqrt(tau2)))  # (σ̂²Ŝ²/n + τ²)^½
+    return _layout(core, np.hypot(se, np.sqrt(_every_remainder(core))))  # (σ̂²Ŝ²/n + τ²)^½
 
 
 def _arm_estimate(

@@ -231,6 +231,35 @@ def test_the_check_fires_on_the_wrong_scale_and_is_quiet_on_the_right_laws():
     assert _check_rates(lambda rng, B: _draw(law, rng, B), est) <= 0.02
 
 
+def test_a_probe_without_noise_reads_exact_and_the_warning_names_a_flagging_probe():
+    # Completion contexts give the all-ones probe the value 1 in every round: no noise.  A
+    # law whose entry frequencies sum to 1 only to rounding must read it as exact (t = 0),
+    # and a warning must name a probe that is significant *and* relevant, not this one.
+    probs = np.outer(np.arange(1.0, D1 + 1.0), np.arange(1.0, D2 + 1.0)) ** -1.5
+    law = EntryLaw(probs / probs.sum())
+    assert law.predicted_moment(np.ones((1, D1, D2)))[0] != 1.0  # rounding, as in the grid
+    rng = np.random.default_rng(3)
+    B, flat = 50, law.probs.ravel()
+
+    def draw(p):
+        idx = rng.choice(D1 * D2, size=B, p=p)
+        return OneHotContexts.unchecked(idx // D2, idx % D2, D1, D2)
+
+    right = ContextCheck(D1, D2, B, law)
+    for _ in range(400):
+        right.add(draw(flat))
+    _, t = right.statistics()
+    assert (t[:, 0] == 0.0).all()
+    assert not right.flagged().any()
+    # Uniform entries against the law: the top rows and left columns flag, all-ones cannot.
+    wrong = ContextCheck(D1, D2, B, law)
+    for _ in range(400):
+        wrong.add(draw(np.full(D1 * D2, 1.0 / (D1 * D2))))
+    assert wrong.flagged().all()
+    with pytest.warns(ContextLawWarning, match="probe '(top rows|left columns)'"):
+        wrong.warn("<M_0, T>", "'entries'", batched=True)
+
+
 # ---------------------------------------------------------------------------- simulator
 @pytest.mark.parametrize(
     "kwargs",

@@ -144,22 +144,32 @@ class ContextCheck:
             mean = self._sum / n / e
             var = np.maximum(self._sq / n - (self._sum / n) ** 2, 0.0) / (e * e) * n / (n - 1)
             t = (mean - 1.0) / np.sqrt(var / n)
-        t = np.where(var > 0, t, np.where(mean == 1.0, 0.0, np.inf))
+        # A probe whose value never varies (the all-ones probe on completion contexts)
+        # has no noise: its mean either equals the prediction, to rounding, or differs.
+        exact = np.isclose(mean, 1.0, rtol=1e-9, atol=0.0)
+        t = np.where(var > 0, t, np.where(exact, 0.0, np.inf))
         return mean - 1.0, t
+
+    def _flagged_probes(self) -> np.ndarray:
+        """Per trial and probe, whether it is significant and relevant, shape (B, k)."""
+        dev, t = self.statistics()
+        bad = (np.abs(t) > Z_LIMIT) & (np.abs(dev) > RELATIVE_LIMIT)
+        return bad & (self.n >= MIN_ROUNDS)
 
     def flagged(self) -> np.ndarray:
         """Per trial, whether some probe is significant and relevant, shape (B,)."""
-        dev, t = self.statistics()
-        bad = (np.abs(t) > Z_LIMIT) & (np.abs(dev) > RELATIVE_LIMIT)
-        return bad.any(axis=1) & (self.n >= MIN_ROUNDS)
+        return self._flagged_probes().any(axis=1)
 
     def warn(self, what: str, law: str, batched: bool, stacklevel: int = 3) -> None:
         """Warn where :meth:`flagged`, naming the law, the worst probe and the knob."""
-        bad = self.flagged()
+        probe_bad = self._flagged_probes()
+        bad = probe_bad.any(axis=1)
         if not bad.any():
             return
         dev, t = self.statistics()
-        score = np.where(bad[:, None], np.abs(t), -1.0)
+        # The worst probe among those that flag (significant and relevant), never one
+        # that is significant alone.
+        score = np.where(probe_bad, np.abs(t), -1.0)
         b, j = np.unravel_index(int(np.argmax(np.nan_to_num(score, nan=-1.0))), score.shape)
         where = trials_phrase(bad, batched, b)
         ratio = 1.0 + dev[b, j]

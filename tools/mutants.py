@@ -380,6 +380,14 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_context_law.py",),
     ),
     Mutant(
+        "completion_takes_robust_variance",
+        "completion contexts under an entry law take the robust standard error, not the product form",
+        "inference/cores/linear_form.py",
+        '            self.context != "completion" or self.projection == "none"',
+        "            True",
+        ("tests/test_context_law.py",),
+    ),
+    Mutant(
         "unprojected_design_unwhitened",
         "projection='none' reads the design term <T, X_t> instead of <T, Σ⁻¹ vec X_t>",
         "inference/cores/linear_form_round.py",

@@ -176,9 +176,13 @@ class LinearFormCore:
         self.projection = choose_projection(projection, law, self.point_estimate)
         #: ``c`` of ``Σ = I/c`` (1 or ``d1·d2``), or None for a law whose correction whitens.
         self.c = law.isotropic_scale
-        #: Whether the standard error is the heteroscedasticity-robust one (a law other than
-        #: the paper's two, docs/method.md §11) rather than ``σ̂·Ŝ/√n``.
-        self.robust = self.c is None
+        #: Whether the standard error is the heteroscedasticity-robust one (a law other
+        #: than the paper's, docs/method.md §11) rather than ``σ̂·Ŝ/√n``.  Completion
+        #: contexts under the low-rank read-outs keep the paper's product form: a sum of a
+        #: few heavy design terms (rare entries) normalised by itself is conservative.
+        self.robust = self.c is None and (
+            self.context != "completion" or self.projection == "none"
+        )
         if not isinstance(check_contexts, bool):
             raise ValueError(f"check_contexts must be True or False; got {check_contexts!r}")
         design_variance = check_choice(design_variance, "design_variance", DESIGN_VARIANCES)

@@ -552,7 +552,7 @@ def commit(core, terms: RoundTerms) -> None:
     # targets are its quantities a·n_T .. a·n_T + n_T − 1).
     cw = c * weight
     s.design.add_block(s.trials, action, (cw * cw)[:, None] * g * g)
-    if core.c is None:  # the robust variance's terms (c·w·res·<G_t, W_t>)²
+    if core.robust:  # the robust variance's terms (c·w·res·<G_t, W_t>)²
         term = (c * weight * res)[:, None] * g
         s.V_sum[np.arange(s.B), action] += term * term
     if s.whitener.estimated:

@@ -62,8 +62,8 @@ class LinearFormState:
         self.sum = DebiasedSum(B, K, d1, d2, rank)  # n·M^unbs, eq. (11)
         self.sigma_sum = np.zeros((B, K))  # n·σ̂², eq. (13)
         self.S2_sum = np.zeros((B, K, n_T))  # n·Ŝ², eq. (14)
-        # n·(robust variance): Σ_t (c·w·res·<G_t, W_t>)², the standard error under a law
-        # other than the paper's two (docs/method.md §11); kept only there.
+        # n·(robust variance): Σ_t (c·w·res·<G_t, W_t>)², the standard error under a dense
+        # law other than the paper's (docs/method.md §11); kept only there.
         self.V_sum = np.zeros((B, K, n_T))
         self.pulls = np.zeros((B, K), dtype=np.int64)
         # Pulls of each arm that the sums do not weigh but the estimate rests on too: the

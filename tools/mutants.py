@@ -381,10 +381,11 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "completion_takes_robust_variance",
-        "completion contexts under an entry law take the robust standard error, not the product form",
+        "completion contexts under an entry law take the robust standard error, not the "
+        "product form",
         "inference/cores/linear_form.py",
-        '            self.context != "completion" or self.projection == "none"',
-        "            True",
+        'self.c is None and (self.context != "completion" or self.projection == "none")',
+        "self.c is None",
         ("tests/test_context_law.py",),
     ),
     Mutant(

@@ -180,9 +180,7 @@ class LinearFormCore:
         #: than the paper's, docs/method.md §11) rather than ``σ̂·Ŝ/√n``.  Completion
         #: contexts under the low-rank read-outs keep the paper's product form: a sum of a
         #: few heavy design terms (rare entries) normalised by itself is conservative.
-        self.robust = self.c is None and (
-            self.context != "completion" or self.projection == "none"
-        )
+        self.robust = self.c is None and (self.context != "completion" or self.projection == "none")
         if not isinstance(check_contexts, bool):
             raise ValueError(f"check_contexts must be True or False; got {check_contexts!r}")
         design_variance = check_choice(design_variance, "design_variance", DESIGN_VARIANCES)

@@ -146,7 +146,7 @@ class ContextCheck:
             t = (mean - 1.0) / np.sqrt(var / n)
         # A probe whose value never varies (the all-ones probe on completion contexts)
         # has no noise: its mean either equals the prediction, to rounding, or differs.
-        exact = np.isclose(mean, 1.0, rtol=1e-9, atol=0.0)
+        exact = np.abs(mean - 1.0) <= 1e-9
         t = np.where(var > 0, t, np.where(exact, 0.0, np.inf))
         return mean - 1.0, t
 

@@ -217,7 +217,9 @@ def played_regret(reference: np.ndarray, rules: PlayedRules, n_obs: int):
         b = np.arange(reference.shape[0])[:, None]
         pred = reference[b, :, X[..., 0], X[..., 1]]  # (B, m, K)
     else:
-        pred = np.einsum("bmij,bkij->bmk", X, reference.astype(np.float32, copy=False))
+        B, K = reference.shape[:2]
+        flat = reference.astype(np.float32, copy=False).reshape(B, K, -1)
+        pred = np.matmul(X.reshape(B, m, -1), flat.swapaxes(-1, -2))  # <M̃_k, X_j>, (B, m, K)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         r = pred.max(axis=-1) - np.take_along_axis(pred, arms[..., None], axis=-1)[..., 0]

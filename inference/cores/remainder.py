@@ -64,9 +64,9 @@ def remainder_geometry(U: np.ndarray, V: np.ndarray, T: np.ndarray) -> np.ndarra
     S_U, S_V = basis_transform(U), basis_transform(V)
     Q_U, Q_V = np.matmul(U, S_U), np.matmul(V, S_V)
     inverse_sq = np.square(np.matmul(S_V.swapaxes(-1, -2), S_U)).sum(axis=(-1, -2))
-    UtT = np.einsum("bir,kij->bkrj", Q_U, T)
-    TV = np.einsum("kij,bjr->bkir", T, Q_V)
-    UtTV = np.einsum("bkrj,bjs->bkrs", UtT, Q_V)
+    UtT = np.matmul(Q_U.swapaxes(-1, -2)[:, None], T)  # Q_Uᵀ T, (B, n_T, r, d2)
+    TV = np.matmul(T, Q_V[:, None])  # T Q_V, (B, n_T, d1, r)
+    UtTV = np.matmul(UtT, Q_V[:, None])  # Q_Uᵀ T Q_V, (B, n_T, r, r)
     perp = (
         np.square(T).sum(axis=(-1, -2))
         - np.square(UtT).sum(axis=(-1, -2))

@@ -369,3 +369,42 @@ def test_the_command_line_says_a_worker_died_and_exits_1(capsys):
     assert "validate: a worker process died (killed, or out of memory)" in err
     assert "interrupted: 2 of 8 trials (partial result): exit status 1" in err
     assert "0 of 4 items finished; no further output written" in err
+
+
+MAP_CHILD = """
+import os, signal, sys, time
+from lrbandit_gym.experiments.parallel import Interrupted, process_pool_map
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+after = []
+
+def on_done(i):
+    if i == 0:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the map runs its own code
+        time.sleep(0.05)  # an undeferred interrupt would be raised here, mid-callback
+        after.append(i)
+
+try:
+    process_pool_map(time.sleep, [0.01] + [0.5] * 7, 2, on_done)
+except Interrupted as exc:
+    print("interrupted", sorted(exc.results), after)
+    sys.exit(0)
+print("not interrupted")
+sys.exit(1)
+"""
+
+
+def test_a_first_ctrl_c_is_read_between_the_maps_waits_not_inside_its_own_code():
+    # An interrupt raised asynchronously inside the map's bookkeeping (its waits hold the
+    # futures' locks) could leave a lock held and hang the stop; the first one is read at
+    # the map's safe points: the callback it arrived in runs to its end, then the map stops.
+    proc = subprocess.run(
+        [sys.executable, "-c", MAP_CHILD],
+        capture_output=True,
+        text=True,
+        timeout=EXIT_TIMEOUT,
+        preexec_fn=_default_sigint,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.startswith("interrupted [0"), proc.stdout
+    assert proc.stdout.rstrip().endswith("[0]"), proc.stdout  # the callback finished

@@ -17,6 +17,7 @@ for them stops as it would on any Ctrl-C.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -126,7 +127,8 @@ def process_pool_map(
     once at the end.
 
     How a run stops.  The workers ignore SIGINT, so a Ctrl-C at the terminal (sent to the
-    whole process group) reaches only this process.  On ``KeyboardInterrupt`` here, the items
+    whole process group) reaches only this process, which reads a first one between its
+    waits (never inside them or inside ``on_done``, :func:`_deferred_sigint`).  Then the items
     not yet started are cancelled (``shutdown(cancel_futures=True)``) and the running ones are
     ended: every worker keeps a thread waiting on a ``multiprocessing.Semaphore``, which
     this process releases once per worker, and the thread ends its worker with SIGTERM;
@@ -162,40 +164,76 @@ def process_pool_map(
     )
     futures: dict = {}
     broken = False
-    try:
-        for i, item in enumerate(items):
-            futures[pool.submit(fn, item)] = i
-        pending = set(futures)
-        while pending:
-            ready, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            for future in sorted(ready, key=futures.get):
-                i = futures[future]
-                try:
-                    results[i] = finished[i] = future.result()
-                except BrokenProcessPool:
-                    broken = True
-                    continue
-                done(i)
-            if broken:
-                raise BrokenProcessPool
-            if poll is not None:
-                poll()
-    except (KeyboardInterrupt, BrokenProcessPool) as exc:
-        _stop_pool(pool, stop)
-        for future, i in futures.items():  # those that completed while the pool stopped
-            if i not in finished and future.done() and not future.cancelled():
-                if future.exception() is None:
-                    finished[i] = future.result()
-        if isinstance(exc, BrokenProcessPool):
-            raise WorkerDied(finished, len(items)) from None
-        raise Interrupted(finished, len(items)) from None
-    except BaseException:
-        _stop_pool(pool, stop)
-        raise
-    pool.shutdown(wait=True)
+    with _deferred_sigint() as interrupted:  # a first Ctrl-C is read between the waits
+        try:
+            for i, item in enumerate(items):
+                futures[pool.submit(fn, item)] = i
+            pending = set(futures)
+            while pending:
+                ready, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                if interrupted.is_set():
+                    raise KeyboardInterrupt
+                for future in sorted(ready, key=futures.get):
+                    i = futures[future]
+                    try:
+                        results[i] = finished[i] = future.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        continue
+                    done(i)
+                if broken:
+                    raise BrokenProcessPool
+                if poll is not None:
+                    poll()
+            if interrupted.is_set():
+                raise KeyboardInterrupt
+        except (KeyboardInterrupt, BrokenProcessPool) as exc:
+            _stop_pool(pool, stop)
+            for future, i in futures.items():  # those that completed while the pool stopped
+                if i not in finished and future.done() and not future.cancelled():
+                    if future.exception() is None:
+                        finished[i] = future.result()
+            if isinstance(exc, BrokenProcessPool):
+                raise WorkerDied(finished, len(items)) from None
+            raise Interrupted(finished, len(items)) from None
+        except BaseException:
+            _stop_pool(pool, stop)
+            raise
+        pool.shutdown(wait=True)
     if poll is not None:
         poll()
     return results
+
+
+@contextlib.contextmanager
+def _deferred_sigint():
+    """Within: the first SIGINT only sets the event this yields, which the map reads
+    between its waits; a second raises ``KeyboardInterrupt`` at once.
+
+    An interrupt raised asynchronously can land inside ``concurrent.futures.wait`` while it
+    holds the futures' locks, which the executor's thread then waits for forever; read at
+    the map's own safe points it cannot.  Only in the main thread and where SIGINT has
+    Python's default handler; elsewhere the event is never set and Ctrl-C acts as before.
+    """
+    import signal
+    import threading
+
+    event = threading.Event()
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield event
+        return
+
+    def handler(signum, frame):
+        if event.is_set():
+            raise KeyboardInterrupt
+        event.set()
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield event
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class _Stop:

@@ -249,7 +249,11 @@ def test_correction_removes_the_regret_bias():
         noise_std=0.3,
     )
     agent = EpsilonGreedy(venv, rank=1, epsilon=0.3, warm_start=300, seed=1)
-    params = VectorParameterInference(venv, {"T": np.eye(12)}, estimator=agent.estimator)
+    # The parameter wrapper only gives V*'s reference its one-step estimate, which the
+    # design variance does not touch: eq. (14)'s pulled-arm terms spare every arm's.
+    params = VectorParameterInference(
+        venv, {"T": np.eye(12)}, estimator=agent.estimator, design_variance="pulled"
+    )
     value = VectorValueInference(params, estimator=agent.estimator, correction="regret")
     obs, _ = value.reset(seed=2)
     while value.core.n_obs < 2000:

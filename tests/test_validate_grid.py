@@ -130,6 +130,8 @@ class _BothPointEstimates(CheckpointReader):
         return []
 
 
+@pytest.mark.soak  # a comparison behind the default point estimate; the grid test above
+# checks the default's intervals on the same setting in every run
 def test_one_step_estimate_removes_the_truncation_excess_variance():
     """Where the noise of ``M^unbs`` is large against the smallest singular value (the
     noisier arm of ``unequal`` at n = 500), the rank-r truncation adds variance that the

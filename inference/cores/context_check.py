@@ -150,23 +150,23 @@ class ContextCheck:
         t = np.where(var > 0, t, np.where(exact, 0.0, np.inf))
         return mean - 1.0, t
 
-    def _flagged_probes(self) -> np.ndarray:
-        """Per trial and probe, whether it is significant and relevant, shape (B, k)."""
+    def _flagged_probes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`statistics` and, per trial and probe, whether it is significant and
+        relevant, shape (B, k) each."""
         dev, t = self.statistics()
         bad = (np.abs(t) > Z_LIMIT) & (np.abs(dev) > RELATIVE_LIMIT)
-        return bad & (self.n >= MIN_ROUNDS)
+        return dev, t, bad & (self.n >= MIN_ROUNDS)
 
     def flagged(self) -> np.ndarray:
         """Per trial, whether some probe is significant and relevant, shape (B,)."""
-        return self._flagged_probes().any(axis=1)
+        return self._flagged_probes()[2].any(axis=1)
 
     def warn(self, what: str, law: str, batched: bool, stacklevel: int = 3) -> None:
         """Warn where :meth:`flagged`, naming the law, the worst probe and the knob."""
-        probe_bad = self._flagged_probes()
+        dev, t, probe_bad = self._flagged_probes()
         bad = probe_bad.any(axis=1)
         if not bad.any():
             return
-        dev, t = self.statistics()
         # The worst probe among those that flag (significant and relevant), never one
         # that is significant alone.
         score = np.where(probe_bad, np.abs(t), -1.0)

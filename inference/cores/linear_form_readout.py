@@ -296,14 +296,26 @@ def projected(core, arm: int) -> np.ndarray:
     return _matrix_readout(core, arm, "M^proj_{arm}", _projected)
 
 
+def _transforms(core, arm: int) -> tuple[np.ndarray, np.ndarray]:
+    """``basis_transform`` of the arm's current factors ``U`` and ``V`` (the ones held for
+    the last round absorbed), which the one-step estimate and its remainder both read.
+    Cached until the next round."""
+    cache, key = core.state.cache, ("transforms", arm)
+    if key not in cache:
+        U, V = core.state.sum.last_U[:, arm], core.state.sum.last_V[:, arm]
+        cache[key] = (basis_transform(U), basis_transform(V))
+    return cache[key]
+
+
 def _one_step(core, arm: int) -> np.ndarray:
     cache, key = core.state.cache, ("one-step", arm)
     if key not in cache:
         # The reference: the arm's current estimate M̂ = U Vᵀ (the one held for the
         # last round absorbed), and orthonormal bases of its column and row spaces.
         U, V = core.state.sum.last_U[:, arm], core.state.sum.last_V[:, arm]
-        Q_U = np.matmul(U, basis_transform(U))
-        Q_V = np.matmul(V, basis_transform(V))
+        S_U, S_V = _transforms(core, arm)
+        Q_U = np.matmul(U, S_U)
+        Q_V = np.matmul(V, S_V)
         M_ref = np.matmul(U, V.swapaxes(-1, -2))
         E = _debiased(core, arm) - M_ref
         # P_T̂(E) = P_U E + E P_V − P_U E P_V = Q_U (Q_Uᵀ E) + (E Q_V − Q_U Q_Uᵀ E Q_V) Q_Vᵀ
@@ -358,7 +370,7 @@ def _remainders(core, arm: int) -> np.ndarray:
     cache, key = s.cache, ("remainder", arm)
     if key not in cache:
         U, V = s.sum.last_U[:, arm], s.sum.last_V[:, arm]
-        geometry = remainder_geometry(U, V, s.T)
+        geometry = remainder_geometry(U, V, s.T, _transforms(core, arm))
         scale = core.c if core.c is not None else s.whitener.mean_scale()
         sigma2 = s.sigma_sum[:, arm] / core.n_obs
         information = (s.unweighted_pulls[:, arm] + s.pulls[:, arm]).astype(float)

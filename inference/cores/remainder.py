@@ -42,7 +42,12 @@ def remainder_variance_reference(M_hat, T, rank, sigma2, mean_scale, information
     return s2 * s2 * np.sum(lam[:rank] ** -2.0) * np.sum((P_U @ T @ P_V) ** 2)
 
 
-def remainder_geometry(U: np.ndarray, V: np.ndarray, T: np.ndarray) -> np.ndarray:
+def remainder_geometry(
+    U: np.ndarray,
+    V: np.ndarray,
+    T: np.ndarray,
+    transforms: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
     """``Σ_k λ_k⁻² · ‖P_Û⊥ T P_V̂⊥‖²_F`` of ``M̂ = U Vᵀ`` for every trial and target.
 
     With ``Q_U = U S_U`` and ``Q_V = V S_V`` orthonormal
@@ -54,6 +59,9 @@ def remainder_geometry(U: np.ndarray, V: np.ndarray, T: np.ndarray) -> np.ndarra
     ----------
     U, V : ndarray of shape (B, d1, r) and (B, d2, r)
     T : ndarray of shape (n_T, d1, d2)
+    transforms : (S_U, S_V), optional
+        ``basis_transform(U)`` and ``basis_transform(V)`` where the caller has them already
+        (the one-step read-out of the same estimate).
 
     Returns
     -------
@@ -61,7 +69,7 @@ def remainder_geometry(U: np.ndarray, V: np.ndarray, T: np.ndarray) -> np.ndarra
         0 where ``M̂`` has rank below ``r`` (no rank-``r`` tangent space: the one-step
         read-out is then the truncated SVD, :func:`inference.cores.linear_form_readout.one_step`).
     """
-    S_U, S_V = basis_transform(U), basis_transform(V)
+    S_U, S_V = (basis_transform(U), basis_transform(V)) if transforms is None else transforms
     Q_U, Q_V = np.matmul(U, S_U), np.matmul(V, S_V)
     inverse_sq = np.square(np.matmul(S_V.swapaxes(-1, -2), S_U)).sum(axis=(-1, -2))
     UtT = np.matmul(Q_U.swapaxes(-1, -2)[:, None], T)  # Q_Uᵀ T, (B, n_T, r, d2)
